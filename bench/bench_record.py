@@ -1,0 +1,208 @@
+"""Recording overhead, side by side in one run: direct vs plain mitmdump vs `ssetape record`.
+
+    python bench/bench_record.py [--rounds 15] [--events 40]
+
+Every target is a reverse proxy in front of the same simulator process (`ssetape simulate`).
+Latency: for each event, client arrival time minus the simulator's planned send time, both
+measured from when the request was sent (the planned time comes from the deterministic plan).
+Clients: a bare httpx POST and the official `openai` SDK (which is where plain mitmdump was
+seen to add ~40 ms to every event). Throughput: events/s with the simulator's delays removed,
+for 1 stream and 20 concurrent streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import openai
+import orjson
+
+from ssetape.scenarios import plan
+from ssetape.sse import SseParser
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+@contextmanager
+def process(cmd: list[str], port: int) -> Iterator[None]:
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def body(events: int, tag: str) -> dict[str, object]:
+    return {
+        "model": "sim-plain",
+        "stream": True,
+        "max_tokens": events,
+        "messages": [{"role": "user", "content": f"benchmark {tag}"}],
+    }
+
+
+def planned_times(b: dict[str, object], speed: float) -> list[float]:
+    """Planned send time of each data event (comments excluded), seconds after the request."""
+    p = plan("POST", "/v1/chat/completions", {}, orjson.dumps(b), speed=speed)
+    parser, out = SseParser(), []
+    for ch in p.chunks:
+        out += [ch.at for ev in parser.feed(ch.data) if ev.data is not None]
+    return out
+
+
+def run_httpx(client: httpx.Client, base: str, b: dict[str, object]) -> list[float]:
+    t0 = time.perf_counter()
+    parser, times = SseParser(), []
+    with client.stream("POST", base + "/v1/chat/completions", json=b) as r:
+        for chunk in r.iter_raw():
+            now = time.perf_counter() - t0
+            times += [now for ev in parser.feed(chunk) if ev.data is not None]
+    return times
+
+
+def run_sdk(client: openai.OpenAI, b: dict[str, object]) -> list[float]:
+    t0 = time.perf_counter()
+    stream = client.chat.completions.create(**b)  # type: ignore[call-overload]
+    times = [time.perf_counter() - t0 for _ in stream]
+    return [*times, times[-1]]  # the SDK swallows [DONE]; it ends the stream at the same time
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def latency(base: str, rounds: int, events: int, use_sdk: bool) -> dict[str, float]:
+    first, per_event = [], []
+    http = httpx.Client(timeout=60)
+    sdk = openai.OpenAI(base_url=base + "/v1", api_key="sk-bench", max_retries=0)
+    for i in range(rounds + 1):
+        b = body(events, f"lat-{i}")
+        expected = planned_times(b, 1.0)
+        got = run_sdk(sdk, b) if use_sdk else run_httpx(http, base, b)
+        if i == 0:
+            continue  # warm-up: connection set-up, imports
+        lateness = [(g - e) * 1000 for g, e in zip(got, expected, strict=True)]
+        first.append(lateness[0])
+        per_event += lateness[1:]
+    return {
+        "first_p50": statistics.median(first),
+        "first_p95": pct(first, 0.95),
+        "event_p50": statistics.median(per_event),
+        "event_p95": pct(per_event, 0.95),
+    }
+
+
+def throughput(base: str, streams: int, events: int) -> float:
+    count = [0]
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        with httpx.Client(timeout=120) as c:
+            n = len(run_httpx(c, base, body(events, f"tp-{streams}-{i}")))
+        with lock:
+            count[0] += n
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(streams)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return count[0] / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--events", type=int, default=40)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="ssetape-bench-")
+    sim_port, fast_port = free_port(), free_port()
+    sim = [str(BIN / "ssetape"), "simulate", "--speed"]
+    rows: list[tuple[str, str, dict[str, float]]] = []
+    tput: dict[str, tuple[float, float]] = {}
+    with (
+        process([*sim, "1", "--port", str(sim_port)], sim_port),
+        process([*sim, "1000", "--port", str(fast_port)], fast_port),
+    ):
+        targets: list[tuple[str, Callable[[str, int], list[str]]]] = [
+            ("direct", lambda up, port: []),
+            ("mitmdump", lambda up, port: [
+                str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-host",
+                "127.0.0.1", "--listen-port", str(port), "--set", "stream_large_bodies=1",
+                "--set", f"confdir={tmp}/conf"]),
+            ("ssetape record", lambda up, port: [
+                str(BIN / "ssetape"), "record", "--mode", f"reverse:{up}", "--port", str(port),
+                "--db", f"{tmp}/bench-{port}.db", "--confdir", f"{tmp}/conf"]),
+        ]  # fmt: skip
+        for name, cmd in targets:
+            for up_port, label in ((sim_port, "latency"), (fast_port, "throughput")):
+                up = f"http://127.0.0.1:{up_port}"
+                port = free_port()
+                argv = cmd(up, port)
+                ctx = process(argv, port) if argv else contextmanager(lambda: iter([None]))()
+                base = f"http://127.0.0.1:{port}" if argv else up
+                with ctx:
+                    if label == "latency":
+                        for client in ("httpx", "openai SDK"):
+                            r = latency(base, args.rounds, args.events, client != "httpx")
+                            rows.append((name, client, r))
+                    else:
+                        throughput(base, 1, 200)  # warm-up
+                        tput[name] = (throughput(base, 1, 2000), throughput(base, 20, 500))
+                print(f"done: {name} {label}", file=sys.stderr)
+
+    print(f"\n{args.rounds} rounds x {args.events} events, simulator speed 1 (ms, lateness "
+          "against the planned send time)\n")  # fmt: skip
+    print("| target | client | first event p50 | first p95 | per event p50 | per event p95 |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, client, r in rows:
+        print(f"| {name} | {client} | {r['first_p50']:.2f} | {r['first_p95']:.2f} | "
+              f"{r['event_p50']:.2f} | {r['event_p95']:.2f} |")  # fmt: skip
+    print("\n| target | events/s, 1 stream | events/s, 20 streams | vs mitmdump (1 / 20) |")
+    print("|---|---:|---:|---:|")
+    base1, base20 = tput["mitmdump"]
+    for name, (one, twenty) in tput.items():
+        print(f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / base1:.2f} / {twenty / base20:.2f} |")
+    os.environ.pop("SSETAPE_DB", None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Capture of one streamed response body: decode, parse, timestamp, hand to the writer.
+
+Runs inside mitmproxy's stream callable, i.e. on the proxy's event loop: it does only cheap
+in-memory work and queue puts, and it never raises, so a parsing bug can never disturb the
+bytes the client receives.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable
+from typing import Protocol
+
+from ssetape.sse import SseEvent, SseParser
+
+log = logging.getLogger("ssetape.capture")
+
+
+class EventSink(Protocol):
+    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None: ...
+    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None: ...
+
+
+def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
+    """An incremental decoder for a Content-Encoding, None for identity."""
+    enc = encoding.strip().lower()
+    if enc in ("", "identity"):
+        return None
+    if enc in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress
+    if enc == "deflate":
+        return zlib.decompressobj().decompress
+    if enc == "br":
+        import brotli
+
+        return brotli.Decompressor().process  # type: ignore[no-any-return]
+    if enc == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj().decompress  # type: ignore[no-any-return]
+    raise ValueError(f"unsupported content-encoding {encoding!r}")
+
+
+class Capture:
+    """Turns the wire chunks of one response into timestamped event rows.
+
+    ``t0`` is the wall-clock time (``time.time()``) at which the proxy had the whole request;
+    offsets are integer microseconds from it.
+    """
+
+    def __init__(
+        self,
+        uid: str,
+        t0: float,
+        sink: EventSink,
+        *,
+        sse: bool,
+        encoding: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.uid = uid
+        self.t0 = t0
+        self._sink = sink
+        self._clock = clock
+        self._parser = SseParser() if sse else None
+        self._seq = 0
+        self._chunk_seq = 0
+        self.error: str | None = None
+        self.event_count = 0
+        self.first_event_us: int | None = None
+        try:
+            self._decode = _decoder(encoding)
+        except ValueError as e:
+            self._decode = None
+            self._fail(str(e))
+
+    def __call__(self, data: bytes) -> bytes:
+        """The mitmproxy stream callable: hands ``data`` on unchanged, whatever happens."""
+        if data and self.error is None:
+            try:
+                self._feed(data)
+            except Exception as e:  # noqa: BLE001 - the client's bytes must flow regardless
+                self._fail(f"{type(e).__name__}: {e}")
+        return data
+
+    def _feed(self, data: bytes) -> None:
+        offset = round((self._clock() - self.t0) * 1_000_000)
+        if self._decode is not None:
+            self._sink.add_chunks(
+                self.uid, [{"seq": self._chunk_seq, "offset_us": offset, "data": data}]
+            )
+            self._chunk_seq += 1
+            data = self._decode(data)
+            if not data:
+                return
+        if self._parser is None:
+            self._emit_raw(data, offset)
+        else:
+            self._emit(self._parser.feed(data), offset)
+
+    def close(self) -> None:
+        """End of stream (clean or not): flush what the parser still holds."""
+        if self._parser is None or self.error is not None:
+            return
+        try:
+            offset = round((self._clock() - self.t0) * 1_000_000)
+            self._emit(self._parser.close(), offset)
+        except Exception as e:  # noqa: BLE001
+            self._fail(f"{type(e).__name__}: {e}")
+
+    def _emit(self, events: list[SseEvent], offset: int) -> None:
+        if not events:
+            return
+        rows: list[dict[str, object]] = []
+        for ev in events:
+            rows.append(
+                {
+                    "seq": self._seq,
+                    "offset_us": offset,
+                    "event": ev.type,
+                    "data": ev.data,
+                    "sse_id": ev.id,
+                    "raw": ev.raw,
+                }
+            )
+            self._seq += 1
+        self._count(len(rows), offset)
+        self._sink.add_events(self.uid, rows)
+
+    def _emit_raw(self, data: bytes, offset: int) -> None:
+        row: dict[str, object] = {
+            "seq": self._seq,
+            "offset_us": offset,
+            "event": None,
+            "data": None,
+            "sse_id": None,
+            "raw": data,
+        }
+        self._seq += 1
+        self._count(1, offset)
+        self._sink.add_events(self.uid, [row])
+
+    def _count(self, n: int, offset: int) -> None:
+        if self.first_event_us is None:
+            self.first_event_us = offset
+        self.event_count += n
+
+    def _fail(self, message: str) -> None:
+        self.error = f"capture failed: {message}"
+        log.warning("ssetape: %s (exchange %s); traffic continues unrecorded", self.error, self.uid)

@@ -1,0 +1,89 @@
+"""Runs mitmproxy in-process with ssetape's addons: what `ssetape record` and `replay` start."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from mitmproxy import exceptions
+from mitmproxy.options import Options
+from mitmproxy.tools.dump import DumpMaster
+
+log = logging.getLogger("ssetape.proxy")
+
+
+class ProxyStartError(RuntimeError):
+    """The proxy could not start (bad option, port in use, bad database)."""
+
+
+class _Ready:
+    """Reports the listening address once mitmproxy's servers are up."""
+
+    def __init__(self, callback: Callable[[str, int], None]) -> None:
+        self._callback = callback
+
+    def running(self) -> None:
+        from mitmproxy import ctx
+
+        addrs = ctx.master.addons.get("proxyserver").listen_addrs()
+        if addrs:
+            host, port = addrs[0][0], addrs[0][1]
+            self._callback(host, port)
+
+
+class ProxyRunner:
+    """One mitmproxy master with the given addons and options, until SIGINT/SIGTERM."""
+
+    def __init__(
+        self,
+        addons: list[Any],
+        *,
+        mode: str = "regular",
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        confdir: str | None = None,
+        options: dict[str, Any] | None = None,
+        on_ready: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.addons = addons
+        self.mode = mode
+        self.host = host
+        self.port = port
+        self.confdir = confdir
+        self.options = options or {}
+        self.on_ready = on_ready
+        self.master: DumpMaster | None = None
+
+    async def run(self) -> None:
+        base: dict[str, Any] = {
+            "listen_host": self.host,
+            "listen_port": self.port,
+            "mode": [self.mode],
+        }
+        if self.confdir:
+            base["confdir"] = self.confdir
+        opts = Options()
+        master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+        self.master = master
+        master.addons.add(*self.addons)
+        if self.on_ready is not None:
+            master.addons.add(_Ready(self.on_ready))
+        try:
+            # Addon-declared options exist only after addons.add(), hence one update here.
+            master.options.update(termlog_verbosity="warn", **base, **self.options)
+        except exceptions.OptionsError as e:
+            raise ProxyStartError(str(e)) from None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, master.shutdown)
+            except (RuntimeError, ValueError):  # not the main thread: the caller stops us
+                pass
+        await master.run()
+
+    def shutdown(self) -> None:
+        if self.master is not None:
+            self.master.shutdown()

@@ -1,0 +1,113 @@
+"""Redaction of secrets before anything is written (store, logs, exports, CLI output).
+
+A redacted value becomes ``<redacted:XXXXXXXXXXXX>``: a keyed fingerprint (HMAC-SHA256 with a
+per-store random key), so "which key was used" stays answerable and two different keys stay
+distinguishable, while the value itself cannot be recovered or brute-forced from a dictionary
+without the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import orjson
+
+DEFAULT_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "cookie",
+        "set-cookie",
+        "x-goog-api-key",
+        "openai-organization-key",
+    }
+)
+DEFAULT_QUERY_PARAMS = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
+
+_AUTH_SCHEME = re.compile(r"^(Bearer|Basic|Token|Digest)\s+", re.IGNORECASE)
+_MASK = re.compile(r"<redacted:[0-9a-f]{12}>")
+
+
+class Redactor:
+    """Masks secret headers, query parameters and JSON body fields.
+
+    ``fields`` are JSON paths: a dotted path (``metadata.user_token``) matches exactly that
+    path (list items are walked through), a bare name (``api_key``) matches at any depth.
+    """
+
+    def __init__(
+        self,
+        key: bytes,
+        *,
+        headers: Iterable[str] = (),
+        fields: Iterable[str] = (),
+        query_params: Iterable[str] = (),
+    ) -> None:
+        self._key = key
+        self.headers = DEFAULT_HEADERS | {h.strip().lower() for h in headers if h.strip()}
+        self.query_params = DEFAULT_QUERY_PARAMS | {q.strip().lower() for q in query_params}
+        parsed = [tuple(f.strip().split(".")) for f in fields if f.strip()]
+        self._names = frozenset(p[0] for p in parsed if len(p) == 1)
+        self._paths = frozenset(p for p in parsed if len(p) > 1)
+
+    def mask(self, value: str | bytes) -> str:
+        raw = value.encode() if isinstance(value, str) else value
+        digest = hmac.new(self._key, raw, hashlib.sha256).hexdigest()[:12]
+        return f"<redacted:{digest}>"
+
+    def header_value(self, name: str, value: str) -> str:
+        if name.lower() not in self.headers or _MASK.fullmatch(value):
+            return value
+        scheme = _AUTH_SCHEME.match(value)
+        if scheme:
+            # Keep the scheme: "Bearer" vs "Basic" is useful and not secret.
+            return scheme.group(0) + self.mask(value[scheme.end() :])
+        return self.mask(value)
+
+    def headers_list(self, pairs: Iterable[tuple[str, str]]) -> list[list[str]]:
+        return [[name, self.header_value(name, value)] for name, value in pairs]
+
+    def query(self, query: str) -> str:
+        if not query:
+            return query
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if not any(k.lower() in self.query_params for k, _ in pairs):
+            return query
+        return urlencode(
+            [(k, self.mask(v) if k.lower() in self.query_params else v) for k, v in pairs]
+        )
+
+    def body(self, content: bytes | None) -> bytes | None:
+        """Mask configured JSON fields; a body that is not JSON is returned unchanged."""
+        if not content or not (self._names or self._paths):
+            return content
+        try:
+            doc = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            return content
+        changed, doc = self._walk(doc, ())
+        return orjson.dumps(doc) if changed else content
+
+    def _walk(self, node: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+        changed = False
+        if isinstance(node, dict):
+            for k, v in node.items():
+                sub = (*path, str(k))
+                if k in self._names or sub in self._paths:
+                    node[k] = self.mask(orjson.dumps(v))
+                    changed = True
+                else:
+                    c, node[k] = self._walk(v, sub)
+                    changed |= c
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                c, node[i] = self._walk(v, path)
+                changed |= c
+        return changed, node

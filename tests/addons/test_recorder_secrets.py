@@ -1,0 +1,67 @@
+"""No secret reaches the disk or the output: DB file, WAL, logs, CLI."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import orjson
+
+from ssetape.simulator import Simulator
+from tests.conftest import SSETAPE, Proc
+
+OPENAI_KEY = "sk-proj-SECRETopenaiKEY0123456789abcdef"
+ANTHROPIC_KEY = "sk-ant-api03-SECRETanthropicKEY0123456789"
+AZURE_KEY = "azureSECRETkey0123456789"
+BODY_SECRET = "user-token-SECRET-42"
+COOKIE = "session=SECRETcookie99"
+
+
+def test_no_key_in_db_wal_logs_or_cli_output(
+    sim: Simulator, ssetape_proc: Callable[..., Proc], tmp_path: Path
+) -> None:
+    proc = ssetape_proc(
+        "record", "--mode", f"reverse:{sim.url}", "--redact-field", "metadata.user_token"
+    )
+    client = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+    list(client.chat.completions.create(
+        model="sim-chat", stream=True, messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"cookie": COOKIE, "api-key": AZURE_KEY},
+        extra_body={"metadata": {"user_token": BODY_SECRET, "keep": "visible"}},
+    ))  # fmt: skip
+    other = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY + "X", max_retries=0)
+    list(other.responses.create(model="sim-r", stream=True, input="hi"))
+    ant = anthropic.Anthropic(base_url=proc.url, api_key=ANTHROPIC_KEY, max_retries=0)
+    list(ant.messages.create(model="sim-m", max_tokens=20, stream=True,
+                             messages=[{"role": "user", "content": "hi"}]))  # fmt: skip
+    # The WAL is checked while the recorder still runs: that is when it holds the most.
+    wal = Path(proc.db + "-wal")
+    wal_bytes = wal.read_bytes() if wal.exists() else b""
+    assert proc.stop() == 0
+
+    listing = subprocess.run([SSETAPE, "list", "--db", proc.db, "--json"], capture_output=True)
+    shown = [
+        subprocess.run([SSETAPE, "show", "--db", proc.db, str(i), *fmt], capture_output=True)
+        for i in (1, 2, 3)
+        for fmt in ([], ["--json"])
+    ]
+    everything = [Path(proc.db).read_bytes(), wal_bytes, proc.log, listing.stdout]
+    everything += [s.stdout + s.stderr for s in shown]
+    for secret in (OPENAI_KEY, ANTHROPIC_KEY, AZURE_KEY, BODY_SECRET, "SECRETcookie99"):
+        for blob in everything:
+            assert secret.encode() not in blob
+
+    detail = orjson.loads(shown[1].stdout)
+    headers = dict((k.lower(), v) for k, v in detail["request"]["headers"])
+    assert headers["authorization"].startswith("Bearer <redacted:")
+    assert headers["api-key"].startswith("<redacted:")
+    assert b"visible" in Path(proc.db).read_bytes()  # only the named field is masked
+    # Two different keys stay distinguishable, the same key gives the same mask.
+    second = orjson.loads(shown[3].stdout)
+    h2 = dict((k.lower(), v) for k, v in second["request"]["headers"])
+    assert h2["authorization"] != headers["authorization"]
+    assert httpx.Headers(second["request"]["headers"])["authorization"].startswith("Bearer <red")

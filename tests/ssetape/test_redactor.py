@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import orjson
+
+from ssetape.redactor import Redactor
+
+KEY = b"k" * 32
+
+
+def test_default_headers_are_masked_keeping_the_scheme() -> None:
+    r = Redactor(KEY)
+    out = dict(
+        r.headers_list(
+            [
+                ("Authorization", "Bearer sk-abc"),
+                ("x-api-key", "sk-ant-1"),
+                ("Cookie", "a=b"),
+                ("Content-Type", "application/json"),
+            ]
+        )
+    )
+    assert out["Authorization"].startswith("Bearer <redacted:")
+    assert "sk-abc" not in out["Authorization"]
+    assert out["x-api-key"].startswith("<redacted:") and out["Cookie"].startswith("<redacted:")
+    assert out["Content-Type"] == "application/json"
+
+
+def test_mask_is_stable_per_value_and_key() -> None:
+    r = Redactor(KEY)
+    assert r.mask("sk-1") == r.mask("sk-1") != r.mask("sk-2")
+    assert Redactor(b"x" * 32).mask("sk-1") != r.mask("sk-1")
+    # Redacting twice does not re-mask (exports of already-redacted rows stay the same).
+    once = r.header_value("x-api-key", "sk-1")
+    assert r.header_value("x-api-key", once) == once
+
+
+def test_extra_headers_and_query_params() -> None:
+    r = Redactor(KEY, headers=["X-Team-Token"])
+    assert r.header_value("x-team-token", "t0k").startswith("<redacted:")
+    q = r.query("alt=sse&key=AIzaSECRET")
+    assert "AIzaSECRET" not in q and q.startswith("alt=sse&key=")
+    assert r.query("a=1&b=2") == "a=1&b=2"
+
+
+def test_json_fields_by_path_and_by_name() -> None:
+    r = Redactor(KEY, fields=["metadata.token", "password"])
+    body = orjson.dumps(
+        {
+            "metadata": {"token": "T1", "keep": "v"},
+            "token": "top-level-not-a-path-match",
+            "items": [{"password": "P1"}, {"nested": {"password": "P2"}}],
+        }
+    )
+    out = r.body(body)
+    assert out is not None
+    doc = orjson.loads(out)
+    assert doc["metadata"]["token"].startswith("<redacted:") and doc["metadata"]["keep"] == "v"
+    assert doc["token"] == "top-level-not-a-path-match"
+    assert doc["items"][0]["password"].startswith("<redacted:")
+    assert doc["items"][1]["nested"]["password"].startswith("<redacted:")
+    assert b"P1" not in out and b"P2" not in out and b"T1" not in out
+
+
+def test_bodies_without_matches_are_untouched() -> None:
+    r = Redactor(KEY, fields=["secret"])
+    body = b'{ "a" : 1 }'
+    assert r.body(body) is body
+    assert r.body(b"not json") == b"not json"
+    assert r.body(None) is None

@@ -1,0 +1,113 @@
+"""Fixtures for the storage tests: real SQLite files and a real PostgreSQL server.
+
+PostgreSQL runs only with SSETAPE_TEST_PG_URL set (for example
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``); every test then gets a
+fresh schema of its own, dropped afterwards, so runs never see each other.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from ssetape.storage.store import Store
+
+PG_ENV = "SSETAPE_TEST_PG_URL"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(f"{PG_ENV} not set: PostgreSQL tests need a server")
+    schema = f"ssetape_test_{secrets.token_hex(6)}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        # application_name tags this test's sessions for the cleanup below.
+        url = make_url(base).update_query_dict(
+            {"options": f"-csearch_path={schema}", "application_name": schema}
+        )
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            # Leftover sessions of a failed test must not block the cleanup.
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = :app"
+                ),
+                {"app": schema},
+            )
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    s = Store.open(store_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def exchange_fields() -> Callable[..., dict[str, Any]]:
+    """Column values for a plausible streamed exchange (as the recorder sets them)."""
+
+    def make(**overrides: Any) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "started_at": dt.datetime.now(dt.UTC),
+            "method": "POST",
+            "scheme": "https",
+            "host": "api.openai.com",
+            "port": 443,
+            "path": "/v1/chat/completions",
+            "query": "",
+            "http_version": "HTTP/1.1",
+            "request_headers": [["content-type", "application/json"], ["authorization", "***"]],
+            "request_body": b'{"model":"gpt-4o-mini","stream":true}',
+            "fingerprint": "ab" * 32,
+            "is_stream": True,
+            "recorder": "host:1:0",
+        }
+        fields.update(overrides)
+        return fields
+
+    return make
+
+
+@pytest.fixture
+def event_rows() -> Callable[..., list[dict[str, object]]]:
+    """Event rows as the recorder hands them to Writer.add_events."""
+
+    def make(start: int, n: int, *, tag: str = "") -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = []
+        for seq in range(start, start + n):
+            data = f'{{"tag":"{tag}","seq":{seq}}}'
+            raw = f"data: {data}\n\n".encode()
+            rows.append(
+                {
+                    "seq": seq,
+                    "offset_us": seq * 1000,
+                    "event": "message",
+                    "data": data,
+                    "sse_id": None,
+                    "raw": raw,
+                }
+            )
+        return rows
+
+    return make
