@@ -11,26 +11,23 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
+from ssetape.storage.store import Store
+from ssetape.storage.writer import Writer
 
+from ssetape.addon_options import add_store_options, open_store, redactor_for
 from ssetape.capture import Capture
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.redactor import Redactor
-from ssetape.storage.store import Store, StoreError
-from ssetape.storage.writer import Writer
 
 log = logging.getLogger("ssetape.recorder")
 
 META = "ssetape"
+REPLAYED = "ssetape_replayed"
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
-
-
-def default_db() -> str:
-    return os.environ.get("SSETAPE_DB") or "ssetape.db"
 
 
 def is_streamed(response: http.Response) -> bool:
@@ -53,57 +50,32 @@ class Recorder:
         self.capture_failures = 0
 
     def load(self, loader: Loader) -> None:
+        add_store_options(loader)
         loader.add_option(
-            "ssetape_db", str, "",
-            "Where ssetape stores recordings: a file path (SQLite) or an SQLAlchemy URL such as "
-            "postgresql+psycopg://user@host/db. Default: $SSETAPE_DB, else ./ssetape.db.",
-        )  # fmt: skip
-        loader.add_option(
-            "ssetape_record", bool, True,
+            "ssetape_record",
+            bool,
+            True,
             "Record exchanges that pass through the proxy (off: pass traffic through untouched).",
-        )  # fmt: skip
-        loader.add_option(
-            "ssetape_redact_header", Sequence[str], [],
-            "Extra header names whose values are replaced by a keyed fingerprint before storage "
-            "(Authorization, x-api-key, api-key, cookies are always redacted).",
-        )  # fmt: skip
-        loader.add_option(
-            "ssetape_redact_field", Sequence[str], [],
-            "JSON request body fields to redact before storage: a dotted path (metadata.token) "
-            "or a bare name matched at any depth (api_key).",
-        )  # fmt: skip
+        )
 
     def configure(self, updated: set[str]) -> None:
+        if not ctx.options.ssetape_record:
+            return
         if "ssetape_db" in updated or self.store is None:
-            if ctx.options.ssetape_record:
-                self._open(ctx.options.ssetape_db or default_db())
-        if self.store is not None and (
-            updated & {"ssetape_redact_header", "ssetape_redact_field", "ssetape_db"}
-        ):
-            for f in ctx.options.ssetape_redact_field:
-                if not f.strip() or any(not p for p in f.strip().split(".")):
-                    raise exceptions.OptionsError(f"ssetape_redact_field: bad JSON path {f!r}")
-            key = self.store.get_or_create_setting("redaction_key", lambda: secrets.token_hex(32))
-            self.redactor = Redactor(
-                bytes.fromhex(key),
-                headers=ctx.options.ssetape_redact_header,
-                fields=ctx.options.ssetape_redact_field,
+            self._close()
+            self.store = open_store(ctx.options.ssetape_db)
+            self.writer = Writer(self.store)
+            self.writer.start()
+            log.info("ssetape: recording to %s", self.store.url)
+        if updated & {"ssetape_redact_header", "ssetape_redact_field", "ssetape_db"}:
+            self.redactor = redactor_for(
+                self.store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
             )
-
-    def _open(self, target: str) -> None:
-        self._close()
-        try:
-            self.store = Store.open(target)
-        except StoreError as e:
-            raise exceptions.OptionsError(str(e)) from None
-        self.writer = Writer(self.store)
-        self.writer.start()
-        log.info("ssetape: recording to %s", self.store.url)
 
     def request(self, flow: http.HTTPFlow) -> None:
         if self.writer is None or self.redactor is None or not ctx.options.ssetape_record:
             return
-        if flow.response is not None:  # answered by another addon (e.g. replay)
+        if flow.response is not None or REPLAYED in flow.metadata:  # served by the replayer
             return
         req = flow.request
         r = self.redactor
@@ -128,7 +100,7 @@ class Recorder:
             request_body=body,
             fingerprint=fingerprint(canonical_request(req.method, req.host, path, query, body)),
             recorder=self.recorder_id,
-        )  # fmt: skip
+        )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         meta = flow.metadata.get(META)
@@ -201,8 +173,10 @@ class Recorder:
                 log.warning(
                     "ssetape: %d events could not be stored, %d failed batches, "
                     "%d streams not parsed",
-                    st.dropped_events, st.failed_batches, self.capture_failures,
-                )  # fmt: skip
+                    st.dropped_events,
+                    st.failed_batches,
+                    self.capture_failures,
+                )
             self.writer = None
         if self.store is not None:
             self.store.close()

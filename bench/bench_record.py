@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import socket
 import statistics
@@ -164,14 +163,39 @@ def main() -> None:
     ):
         targets: list[tuple[str, Callable[[str, int], list[str]]]] = [
             ("direct", lambda up, port: []),
-            ("mitmdump", lambda up, port: [
-                str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-host",
-                "127.0.0.1", "--listen-port", str(port), "--set", "stream_large_bodies=1",
-                "--set", f"confdir={tmp}/conf"]),
-            ("ssetape record", lambda up, port: [
-                str(BIN / "ssetape"), "record", "--mode", f"reverse:{up}", "--port", str(port),
-                "--db", f"{tmp}/bench-{port}.db", "--confdir", f"{tmp}/conf"]),
-        ]  # fmt: skip
+            (
+                "mitmdump",
+                lambda up, port: [
+                    str(BIN / "mitmdump"),
+                    "-q",
+                    "--mode",
+                    f"reverse:{up}",
+                    "--listen-host",
+                    "127.0.0.1",
+                    "--listen-port",
+                    str(port),
+                    "--set",
+                    "stream_large_bodies=1",
+                    "--set",
+                    f"confdir={tmp}/conf",
+                ],
+            ),
+            (
+                "ssetape record",
+                lambda up, port: [
+                    str(BIN / "ssetape"),
+                    "record",
+                    "--mode",
+                    f"reverse:{up}",
+                    "--port",
+                    str(port),
+                    "--db",
+                    f"{tmp}/bench-{port}.db",
+                    "--confdir",
+                    f"{tmp}/conf",
+                ],
+            ),
+        ]
         for name, cmd in targets:
             for up_port, label in ((sim_port, "latency"), (fast_port, "throughput")):
                 up = f"http://127.0.0.1:{up_port}"
@@ -189,18 +213,24 @@ def main() -> None:
                         tput[name] = (throughput(base, 1, 2000), throughput(base, 20, 500))
                 print(f"done: {name} {label}", file=sys.stderr)
 
-    print(f"\n{args.rounds} rounds x {args.events} events, simulator speed 1 (ms, lateness "
-          "against the planned send time)\n")  # fmt: skip
+    print(
+        f"\n{args.rounds} rounds x {args.events} events, simulator speed 1 (ms, lateness "
+        "against the planned send time)\n"
+    )
     print("| target | client | first event p50 | first p95 | per event p50 | per event p95 |")
     print("|---|---|---:|---:|---:|---:|")
     for name, client, r in rows:
-        print(f"| {name} | {client} | {r['first_p50']:.2f} | {r['first_p95']:.2f} | "
-              f"{r['event_p50']:.2f} | {r['event_p95']:.2f} |")  # fmt: skip
+        print(
+            f"| {name} | {client} | {r['first_p50']:.2f} | {r['first_p95']:.2f} | "
+            f"{r['event_p50']:.2f} | {r['event_p95']:.2f} |"
+        )
     print("\n| target | events/s, 1 stream | events/s, 20 streams | vs mitmdump (1 / 20) |")
     print("|---|---:|---:|---:|")
     base1, base20 = tput["mitmdump"]
     for name, (one, twenty) in tput.items():
-        print(f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / base1:.2f} / {twenty / base20:.2f} |")
+        print(
+            f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / base1:.2f} / {twenty / base20:.2f} |"
+        )
     os.environ.pop("SSETAPE_DB", None)
 
 

@@ -48,6 +48,7 @@ _TABLES = {
 _GETTERS = {kind: itemgetter(*keys) for kind, (_, keys) in _TABLES.items()}
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _REJECT_LOG_INTERVAL = 60.0
+_CHECKPOINT_ROWS = 5_000
 _TRANSIENT = frozenset(("OperationalError", "InterfaceError", "TimeoutError"))
 
 
@@ -117,6 +118,9 @@ class Writer:
             f"VALUES ({', '.join([mark] * (len(keys) + 1))})"
             for kind, (table, keys) in _TABLES.items()
         }
+        self._sql_count = (
+            f"UPDATE exchanges SET event_count = event_count + {mark} WHERE id = {mark}"
+        )
         self._interval = flush_interval
         self._max_batch = max_batch
         self._max_pending = max_pending
@@ -132,6 +136,7 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._deadline: float | None = None
         self._failing = 0  # failed attempts in the current outage
+        self._unchecked = 0  # rows committed since the last idle checkpoint
         self._overflow_logged = False
         self._last_reject_log = -_REJECT_LOG_INTERVAL
 
@@ -236,6 +241,7 @@ class Writer:
                 op = self._q.get(timeout=self._interval if idle_checkpoint else None)
             except queue.Empty:
                 idle_checkpoint = False
+                self._unchecked = 0
                 self._checkpoint()
                 continue
             due = time.monotonic() + self._interval  # the first op waits at most this
@@ -256,7 +262,8 @@ class Writer:
             if op[0] == _STOP or ops:  # ops left over: closing, deadline passed
                 self._give_up(ops)
                 return
-            idle_checkpoint = self._store.is_sqlite
+            # Checkpointing after every small batch would cost two fsyncs each.
+            idle_checkpoint = self._store.is_sqlite and self._unchecked >= _CHECKPOINT_ROWS
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database file while nothing is queued (SQLite)."""
@@ -422,6 +429,7 @@ class Writer:
             for kind, kind_rows in rows.items():
                 if kind_rows:  # one executemany (or COPY) per batch, not per exchange
                     self._insert_rows(conn, kind, kind_rows, careful)
+            increments: list[tuple[int, int]] = []  # (events added, exchange id)
             for uid in updates.keys() | counts.keys():
                 xid = known.get(uid) or ids.get(uid)
                 if xid is None:
@@ -431,9 +439,14 @@ class Writer:
                     count = select(func.count()).where(_EVENTS.c.exchange_id == xid)
                     values = {**values, "event_count": count.scalar_subquery()}
                 elif counts.get(uid):
+                    if not values:  # the common case: all of them in one executemany
+                        increments.append((counts[uid], xid))
+                        continue
                     values = {**values, "event_count": _EXCHANGES.c.event_count + counts[uid]}
                 if values:
                     conn.execute(update(_EXCHANGES).where(_EXCHANGES.c.id == xid).values(values))
+            if increments:
+                conn.exec_driver_sql(self._sql_count, increments)
         # Committed: only now may the id map and the counters change.
         known.update(ids)
         for uid in finished:
@@ -447,6 +460,7 @@ class Writer:
             self._stats.events += len(rows[_EVENTS_OP])
             self._stats.chunks += len(rows[_CHUNKS_OP])
             dropped_events = self._stats.dropped_events
+        self._unchecked += len(rows[_EVENTS_OP]) + len(rows[_CHUNKS_OP])
         if self._failing:
             log.warning(
                 f"ssetape storage: writing to {self._store.url} again after {self._failing} "

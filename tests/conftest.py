@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import ipaddress
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -13,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from ssetape.simulator import Simulator
 
@@ -48,8 +56,9 @@ class Proc:
         return b"".join(self.output)
 
 
-def start_ssetape(args: list[str], *, db: str, env: dict[str, str] | None = None,
-                  timeout: float = 30) -> Proc:  # fmt: skip
+def start_ssetape(
+    args: list[str], *, db: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> Proc:
     proc = subprocess.Popen(
         [SSETAPE, *args],
         stdout=subprocess.PIPE,
@@ -91,8 +100,9 @@ def ssetape_proc(tmp_path: Path, confdir: Path) -> Iterator[Callable[..., Proc]]
 
     def start(*args: str, db: str | None = None, env: dict[str, str] | None = None) -> Proc:
         db = db or str(tmp_path / "tape.db")
-        p = start_ssetape([*args, "--db", db, "--port", "0", "--confdir",
-                           str(confdir)], db=db, env=env)  # fmt: skip
+        p = start_ssetape(
+            [*args, "--db", db, "--port", "0", "--confdir", str(confdir)], db=db, env=env
+        )
         started.append(p)
         return p
 
@@ -100,3 +110,51 @@ def ssetape_proc(tmp_path: Path, confdir: Path) -> Iterator[Callable[..., Proc]]
     for p in started:
         rc = p.stop()
         assert rc == 0, p.log.decode()
+
+
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp / "upstream.pem", tmp / "upstream.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.fixture
+def tls_sim(tmp_path: Path) -> Iterator[tuple[Simulator, Path]]:
+    with tls_simulator(tmp_path) as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def tls_simulator(tmp_path: Path) -> Iterator[tuple[Simulator, Path]]:
+    """An HTTPS simulator with a self-signed certificate (yielded for the proxy to trust)."""
+    cert, key = self_signed(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    with Simulator(speed=SIM_SPEED, ssl=ctx).serve_in_thread() as s:
+        yield s, cert

@@ -81,7 +81,7 @@ class Capture:
         if data and self.error is None:
             try:
                 self._feed(data)
-            except Exception as e:  # noqa: BLE001 - the client's bytes must flow regardless
+            except Exception as e:
                 self._fail(f"{type(e).__name__}: {e}")
         return data
 
@@ -107,7 +107,7 @@ class Capture:
         try:
             offset = round((self._clock() - self.t0) * 1_000_000)
             self._emit(self._parser.close(), offset)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self._fail(f"{type(e).__name__}: {e}")
 
     def _emit(self, events: list[SseEvent], offset: int) -> None:

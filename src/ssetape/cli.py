@@ -43,8 +43,22 @@ def validate_mode(mode: str) -> str:
     )
 
 
-db_option = click.option("--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True,
-                         help=DB_HELP)  # fmt: skip
+confdir_option = click.option(
+    "--confdir",
+    default=DEFAULT_CONFDIR,
+    show_default=True,
+    help="mitmproxy's directory (CA certificate).",
+)
+set_option = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="OPTION=VALUE",
+    help="Any mitmproxy option, e.g. --set ssl_insecure=true.",
+)
+db_option = click.option(
+    "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,8 +67,18 @@ def main() -> None:
     """Record and replay streaming LLM API traffic with the timing of every event."""
 
 
-def run_proxy(addons: list[Any], *, what: str, db: str, mode: str, host: str, port: int,
-              confdir: str, options: dict[str, Any]) -> None:  # fmt: skip
+def run_proxy(
+    addons: list[Any],
+    *,
+    what: str,
+    db: str,
+    mode: str,
+    host: str,
+    port: int,
+    confdir: str,
+    options: dict[str, Any],
+    sets: tuple[str, ...] = (),
+) -> None:
     mode = validate_mode(mode)
 
     def ready(h: str, p: int) -> None:
@@ -67,9 +91,15 @@ def run_proxy(addons: list[Any], *, what: str, db: str, mode: str, host: str, po
         sys.stdout.flush()
 
     runner = ProxyRunner(
-        addons, mode=mode, host=host, port=port, confdir=confdir,
-        options=options, on_ready=ready,
-    )  # fmt: skip
+        addons,
+        mode=mode,
+        host=host,
+        port=port,
+        confdir=confdir,
+        options=options,
+        sets=sets,
+        on_ready=ready,
+    )
     try:
         asyncio.run(runner.run())
     except ProxyStartError as e:
@@ -81,28 +111,145 @@ def run_proxy(addons: list[Any], *, what: str, db: str, mode: str, host: str, po
 @main.command()
 @db_option
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on; anything but loopback exposes the proxy.")  # fmt: skip
-@click.option("--mode", default="regular", show_default=True,
-              help="'regular' (forward proxy) or 'reverse:https://api.openai.com'.")  # fmt: skip
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback exposes the proxy.",
+)
+@click.option(
+    "--mode",
+    default="regular",
+    show_default=True,
+    help="'regular' (forward proxy) or 'reverse:https://api.openai.com'.",
+)
 @click.option("--redact-header", multiple=True, help="Extra header to redact (repeatable).")
-@click.option("--redact-field", multiple=True,
-              help="JSON body field to redact: dotted path or bare name (repeatable).")  # fmt: skip
-@click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True,
-              help="mitmproxy's directory (CA certificate).")  # fmt: skip
-def record(db: str, port: int, host: str, mode: str, redact_header: tuple[str, ...],
-           redact_field: tuple[str, ...], confdir: str) -> None:  # fmt: skip
+@click.option(
+    "--redact-field",
+    multiple=True,
+    help="JSON body field to redact: dotted path or bare name (repeatable).",
+)
+@confdir_option
+@set_option
+def record(
+    db: str,
+    port: int,
+    host: str,
+    mode: str,
+    redact_header: tuple[str, ...],
+    redact_field: tuple[str, ...],
+    confdir: str,
+    sets: tuple[str, ...],
+) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
     from ssetape.addons.recorder import Recorder
 
     run_proxy(
-        [Recorder()], what="record", db=db, mode=mode, host=host, port=port, confdir=confdir,
+        [Recorder()],
+        what="record",
+        db=db,
+        mode=mode,
+        host=host,
+        port=port,
+        confdir=confdir,
         options={
             "ssetape_db": db,
             "ssetape_redact_header": list(redact_header),
             "ssetape_redact_field": list(redact_field),
         },
-    )  # fmt: skip
+        sets=sets,
+    )
+
+
+@main.command()
+@db_option
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback exposes the proxy.",
+)
+@click.option(
+    "--mode",
+    default="regular",
+    show_default=True,
+    help="'regular' (forward proxy) or 'reverse:https://api.openai.com'.",
+)
+@click.option(
+    "--speed",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="1 = recorded timing, 2 = twice as fast, 0 = no delays.",
+)
+@click.option(
+    "--record-mode",
+    default="none",
+    show_default=True,
+    type=click.Choice(["none", "once", "new_episodes", "all"]),
+    help="VCR.py's record modes: what to do with requests not on the tape.",
+)
+@click.option(
+    "--ignore-field",
+    multiple=True,
+    help="JSON body field (dotted path) to leave out of matching (repeatable).",
+)
+@click.option("--match-host/--no-match-host", default=True, show_default=True)
+@click.option(
+    "--repeat/--no-repeat",
+    default=True,
+    show_default=True,
+    help="Keep serving the last recording once all recordings of a request were served in order.",
+)
+@click.option("--redact-header", multiple=True, help="Extra header to redact (repeatable).")
+@click.option(
+    "--redact-field",
+    multiple=True,
+    help="JSON body field to redact: dotted path or bare name (repeatable).",
+)
+@confdir_option
+@set_option
+def replay(
+    db: str,
+    port: int,
+    host: str,
+    mode: str,
+    speed: float,
+    record_mode: str,
+    ignore_field: tuple[str, ...],
+    match_host: bool,
+    repeat: bool,
+    redact_header: tuple[str, ...],
+    redact_field: tuple[str, ...],
+    confdir: str,
+    sets: tuple[str, ...],
+) -> None:
+    """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
+    from ssetape.addons.recorder import Recorder
+    from ssetape.addons.replayer import Replayer
+
+    run_proxy(
+        [Replayer(), Recorder()],
+        what="replay",
+        db=db,
+        mode=mode,
+        host=host,
+        port=port,
+        confdir=confdir,
+        sets=sets,
+        options={
+            "ssetape_db": db,
+            "ssetape_speed": repr(speed),
+            "ssetape_record_mode": record_mode,
+            "ssetape_ignore_field": list(ignore_field),
+            "ssetape_match_host": match_host,
+            "ssetape_repeat": repeat,
+            "ssetape_redact_header": list(redact_header),
+            "ssetape_redact_field": list(redact_field),
+            "connection_strategy": "lazy",
+        },
+    )
 
 
 @main.command("list")
@@ -136,7 +283,9 @@ def show(db: str, exchange_id: str, as_json: bool) -> None:
         key: int | str = int(exchange_id) if exchange_id.isdigit() else exchange_id
         x = store.exchange(key)
         if x is None:
-            raise click.ClickException(f"no exchange {exchange_id} in {store.url} (see ssetape list)")
+            raise click.ClickException(
+                f"no exchange {exchange_id} in {store.url} (see ssetape list)"
+            )
         events = store.events(x.id)
         if as_json:
             _out(detail(x, events))
@@ -149,8 +298,13 @@ def show(db: str, exchange_id: str, as_json: bool) -> None:
 @main.command()
 @click.option("--port", default=9000, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--speed", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
-              help="Divide every delay by this.")  # fmt: skip
+@click.option(
+    "--speed",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.01),
+    help="Divide every delay by this.",
+)
 def simulate(port: int, host: str, speed: float) -> None:
     """Serve a simulated OpenAI/Anthropic-style streaming API (no key, no network).
 
@@ -179,8 +333,11 @@ def simulate(port: int, host: str, speed: float) -> None:
 
 @main.command()
 @click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True)
-@click.option("--bundle", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write a CA bundle (system roots + ssetape's CA) for SSL_CERT_FILE.")  # fmt: skip
+@click.option(
+    "--bundle",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a CA bundle (system roots + ssetape's CA) for SSL_CERT_FILE.",
+)
 def ca(confdir: str, bundle: Path | None) -> None:
     """Print where the proxy's CA certificate is and how to trust it (created if missing)."""
     from mitmproxy.certs import CertStore

@@ -16,31 +16,58 @@ from ssetape.storage.store import Store
 from ssetape.views import list_table, show_view
 
 REQUESTS: list[tuple[str, str, dict[str, object]]] = [
-    ("chat completions", "/v1/chat/completions", {
-        "model": "sim-demo", "stream": True, "stream_options": {"include_usage": True},
-        "messages": [{"role": "user", "content": "Say hello to ssetape"}],
-    }),
+    (
+        "chat completions",
+        "/v1/chat/completions",
+        {
+            "model": "sim-demo",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "Say hello to ssetape"}],
+        },
+    ),
     ("responses", "/v1/responses", {"model": "sim-demo", "stream": True, "input": "Hello"}),
-    ("messages", "/v1/messages", {
-        "model": "sim-demo", "stream": True, "max_tokens": 64,
-        "messages": [{"role": "user", "content": "Hello from the demo"}],
-    }),
-    ("images", "/v1/images/generations", {
-        "model": "sim-demo", "stream": True, "partial_images": 2, "prompt": "a tape",
-    }),
-    ("error after start", "/v1/chat/completions", {
-        "model": "sim-error", "stream": True,
-        "messages": [{"role": "user", "content": "This one fails mid-stream"}],
-    }),
-]  # fmt: skip
+    (
+        "messages",
+        "/v1/messages",
+        {
+            "model": "sim-demo",
+            "stream": True,
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Hello from the demo"}],
+        },
+    ),
+    (
+        "images",
+        "/v1/images/generations",
+        {
+            "model": "sim-demo",
+            "stream": True,
+            "partial_images": 2,
+            "prompt": "a tape",
+        },
+    ),
+    (
+        "error after start",
+        "/v1/chat/completions",
+        {
+            "model": "sim-error",
+            "stream": True,
+            "messages": [{"role": "user", "content": "This one fails mid-stream"}],
+        },
+    ),
+]
 
 
 async def _record(db: str, sim_url: str, console: Console) -> None:
     ready: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
     runner = ProxyRunner(
-        [Recorder()], mode=f"reverse:{sim_url}", port=0, options={"ssetape_db": db},
+        [Recorder()],
+        mode=f"reverse:{sim_url}",
+        port=0,
+        options={"ssetape_db": db},
         on_ready=lambda h, p: ready.set_result((h, p)),
-    )  # fmt: skip
+    )
     task = asyncio.create_task(runner.run())
     done, _ = await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
     if task in done:

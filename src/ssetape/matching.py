@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -60,3 +61,45 @@ def canonical_request(
 def fingerprint(canonical: dict[str, Any]) -> str:
     blob = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.sha256(blob).hexdigest()
+
+
+def differences(recorded: Any, requested: Any, path: str = "", limit: int = 8) -> list[Difference]:
+    """Where two canonical requests differ, as field paths (``body.messages[0].content``)."""
+    out: list[Difference] = []
+    _diff(recorded, requested, path, out, limit)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    field: str
+    recorded: Any
+    requested: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "recorded": _short(self.recorded),
+                "requested": _short(self.requested)}  # fmt: skip
+
+
+_MISSING = "<absent>"
+
+
+def _short(v: Any) -> Any:
+    if isinstance(v, str | int | float | bool) or v is None:
+        return v if not isinstance(v, str) or len(v) <= 80 else v[:77] + "..."
+    text = orjson.dumps(v).decode()
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _diff(a: Any, b: Any, path: str, out: list[Difference], limit: int) -> None:
+    if len(out) >= limit or a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            _diff(a.get(k, _MISSING), b.get(k, _MISSING), sub, out, limit)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _diff(x, y, f"{path}[{i}]", out, limit)
+    else:
+        out.append(Difference(path or "request", a, b))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
@@ -46,6 +47,7 @@ class ProxyRunner:
         port: int = 8080,
         confdir: str | None = None,
         options: dict[str, Any] | None = None,
+        sets: tuple[str, ...] = (),
         on_ready: Callable[[str, int], None] | None = None,
     ) -> None:
         self.addons = addons
@@ -54,6 +56,7 @@ class ProxyRunner:
         self.port = port
         self.confdir = confdir
         self.options = options or {}
+        self.sets = sets
         self.on_ready = on_ready
         self.master: DumpMaster | None = None
 
@@ -74,14 +77,15 @@ class ProxyRunner:
         try:
             # Addon-declared options exist only after addons.add(), hence one update here.
             master.options.update(termlog_verbosity="warn", **base, **self.options)
+            if self.sets:
+                master.options.set(*self.sets)
         except exceptions.OptionsError as e:
             raise ProxyStartError(str(e)) from None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            # Not in the main thread the caller stops us instead.
+            with contextlib.suppress(RuntimeError, ValueError):
                 loop.add_signal_handler(sig, master.shutdown)
-            except (RuntimeError, ValueError):  # not the main thread: the caller stops us
-                pass
         await master.run()
 
     def shutdown(self) -> None:

@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from ssl import SSLContext
 from urllib.parse import urlsplit
 
 import h11
@@ -38,13 +39,20 @@ class Simulator:
     """Serves the scenarios of :mod:`ssetape.scenarios` over HTTP/1.1."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0, *, verbose: bool = False
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        speed: float = 1.0,
+        *,
+        verbose: bool = False,
+        ssl: SSLContext | None = None,
     ) -> None:
         if not speed > 0:
             raise ValueError(f"speed must be positive, got {speed!r}")
         self.host = host
         self.speed = speed
         self.verbose = verbose
+        self.ssl = ssl
         self._requested_port = port
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -59,13 +67,14 @@ class Simulator:
     def url(self) -> str:
         """Where clients reach it (loopback when it listens on every address)."""
         host = _ANY_ADDRESS.get(self.host, self.host)
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        scheme = "https" if self.ssl else "http"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     async def start(self) -> None:
         """Bind the port; serving starts at once on the running loop."""
         if self._server is None:
             self._server = await asyncio.start_server(
-                self._connection, self.host, self._requested_port
+                self._connection, self.host, self._requested_port, ssl=self.ssl
             )
 
     async def serve_forever(self) -> None:

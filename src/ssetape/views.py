@@ -82,9 +82,15 @@ def _encoded(x: Exchange) -> bool:
 def list_table(rows: list[Exchange]) -> Table:
     t = Table(box=None, header_style="bold")
     for col, just in [
-        ("id", "right"), ("started", "left"), ("method", "left"), ("url", "left"),
-        ("status", "right"), ("state", "left"), ("events", "right"), ("ttfb ms", "right"),
-    ]:  # fmt: skip
+        ("id", "right"),
+        ("started", "left"),
+        ("method", "left"),
+        ("url", "left"),
+        ("status", "right"),
+        ("state", "left"),
+        ("events", "right"),
+        ("ttfb ms", "right"),
+    ]:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for x in rows:
         ttfb = "" if x.ttfb_us is None else f"{x.ttfb_us / 1000:.1f}"
@@ -123,10 +129,12 @@ def _pretty(body: bytes | None) -> str:
 def show_view(x: Exchange, events: list[Event]) -> RenderableType:
     s = summary(x)
     head = Text.assemble(
-        (f"#{x.id} ", "bold"), f"{x.method} {s['url']}  ",
-        (f"{x.status or '-'} ", "bold"), (x.state, "green" if x.state == "completed" else "yellow"),
+        (f"#{x.id} ", "bold"),
+        f"{x.method} {s['url']}  ",
+        (f"{x.status or '-'} ", "bold"),
+        (x.state, "green" if x.state == "completed" else "yellow"),
         f"  ttfb {s['ttfb_ms']} ms  duration {s['duration_ms']} ms",
-    )  # fmt: skip
+    )
     parts: list[RenderableType] = [head]
     if x.error:
         parts.append(Text(f"error: {x.error}", style="red"))

@@ -11,12 +11,12 @@ import httpx
 import openai
 import orjson
 import pytest
+from ssetape.storage.models import Event, Exchange
+from ssetape.storage.store import Store
 
 from ssetape.scenarios import plan
 from ssetape.simulator import Simulator
 from ssetape.sse import SseParser
-from ssetape.storage.models import Event, Exchange
-from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc
 
 CHAT = {
@@ -37,14 +37,30 @@ STREAMS: list[tuple[str, dict[str, Any]]] = [
     ("/v1/responses", {"model": "sim-r", "stream": True, "input": "hi", "max_output_tokens": 3}),
     ("/v1/responses", {"model": "sim-failed", "stream": True, "input": "hi"}),
     ("/v1/responses", {"model": "sim-unresolved", "stream": True, "input": "hi"}),
-    ("/v1/messages", {"model": "sim-m", "stream": True, "max_tokens": 50,
-                      "messages": [{"role": "user", "content": "hi"}]}),
-    ("/v1/messages", {"model": "sim-error", "stream": True, "max_tokens": 50,
-                      "messages": [{"role": "user", "content": "hi"}]}),
-    ("/v1/images/generations", {"model": "sim-img", "stream": True, "prompt": "x",
-                                "partial_images": 2}),
+    (
+        "/v1/messages",
+        {
+            "model": "sim-m",
+            "stream": True,
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    ),
+    (
+        "/v1/messages",
+        {
+            "model": "sim-error",
+            "stream": True,
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    ),
+    (
+        "/v1/images/generations",
+        {"model": "sim-img", "stream": True, "prompt": "x", "partial_images": 2},
+    ),
     ("/v1/chat/completions", {**CHAT, "stream": False}),
-]  # fmt: skip
+]
 
 
 def raw_stream(base: str, path: str, body: dict[str, Any], **kw: Any) -> tuple[int, bytes]:
@@ -122,9 +138,11 @@ def test_openai_sdk_chat_and_responses_forward_mode(
 ) -> None:
     def run(client: openai.OpenAI) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         chat = client.chat.completions.create(
-            model="sim-chat", stream=True, stream_options={"include_usage": True},
+            model="sim-chat",
+            stream=True,
+            stream_options={"include_usage": True},
             messages=[{"role": "user", "content": "hello there"}],
-        )  # fmt: skip
+        )
         resp = client.responses.create(model="sim-r", stream=True, input="hello there")
         return [c.model_dump() for c in chat], [e.model_dump() for e in resp]
 
@@ -159,17 +177,19 @@ def test_anthropic_sdk_messages_reverse_mode(
     def run(base: str) -> list[dict[str, Any]]:
         client = anthropic.Anthropic(base_url=base, api_key="sk-ant-x", max_retries=0)
         stream = client.messages.create(
-            model="sim-thinking", max_tokens=64, stream=True,
+            model="sim-thinking",
+            max_tokens=64,
+            stream=True,
             thinking={"type": "enabled", "budget_tokens": 32},
             messages=[{"role": "user", "content": "hello"}],
-        )  # fmt: skip
+        )
         return [e.model_dump() for e in stream]
 
     direct = run(sim.url)
     proc = ssetape_proc("record", "--mode", f"reverse:{sim.url}")
     assert run(proc.url) == direct
     store = stop_and_open(proc)
-    x, events = only(store)
+    _, events = only(store)
     names = [e.event for e in events if e.data is not None]
     assert names[0] == "message_start" and names[-1] == "message_stop"
     assert "ping" in names
@@ -184,9 +204,12 @@ def test_client_disconnect_upstream_cut_and_error_event_states(
     # 1. the client walks away after the first chunk
     with (
         httpx.Client(timeout=30) as c,
-        c.stream("POST", proc.url + "/v1/chat/completions",
-                 content=orjson.dumps({**CHAT, "model": "sim-pause"})) as r,
-    ):  # fmt: skip
+        c.stream(
+            "POST",
+            proc.url + "/v1/chat/completions",
+            content=orjson.dumps({**CHAT, "model": "sim-pause"}),
+        ) as r,
+    ):
         next(r.iter_raw())
     # 2. the upstream dies mid-stream
     with pytest.raises(httpx.RemoteProtocolError):

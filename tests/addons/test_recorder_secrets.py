@@ -28,16 +28,23 @@ def test_no_key_in_db_wal_logs_or_cli_output(
         "record", "--mode", f"reverse:{sim.url}", "--redact-field", "metadata.user_token"
     )
     client = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
-    list(client.chat.completions.create(
-        model="sim-chat", stream=True, messages=[{"role": "user", "content": "hi"}],
-        extra_headers={"cookie": COOKIE, "api-key": AZURE_KEY},
-        extra_body={"metadata": {"user_token": BODY_SECRET, "keep": "visible"}},
-    ))  # fmt: skip
+    list(
+        client.chat.completions.create(
+            model="sim-chat",
+            stream=True,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"cookie": COOKIE, "api-key": AZURE_KEY},
+            extra_body={"metadata": {"user_token": BODY_SECRET, "keep": "visible"}},
+        )
+    )
     other = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY + "X", max_retries=0)
     list(other.responses.create(model="sim-r", stream=True, input="hi"))
     ant = anthropic.Anthropic(base_url=proc.url, api_key=ANTHROPIC_KEY, max_retries=0)
-    list(ant.messages.create(model="sim-m", max_tokens=20, stream=True,
-                             messages=[{"role": "user", "content": "hi"}]))  # fmt: skip
+    list(
+        ant.messages.create(
+            model="sim-m", max_tokens=20, stream=True, messages=[{"role": "user", "content": "hi"}]
+        )
+    )
     # The WAL is checked while the recorder still runs: that is when it holds the most.
     wal = Path(proc.db + "-wal")
     wal_bytes = wal.read_bytes() if wal.exists() else b""

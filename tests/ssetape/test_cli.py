@@ -82,8 +82,16 @@ def test_list_and_show_json(sim: Simulator, ssetape_proc: Callable[..., Proc]) -
     rows = orjson.loads(run("ls", "--db", proc.db, "--json").stdout)
     assert len(rows) == 2
     for row in rows:
-        for key in ("id", "started_at", "method", "url", "status", "is_stream", "event_count",
-                    "state"):  # fmt: skip
+        for key in (
+            "id",
+            "started_at",
+            "method",
+            "url",
+            "status",
+            "is_stream",
+            "event_count",
+            "state",
+        ):
             assert key in row
     streamed = next(r for r in rows if r["is_stream"])
     assert streamed["url"].endswith("/v1/chat/completions?trace=1")

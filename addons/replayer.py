@@ -1,0 +1,211 @@
+"""mitmproxy addon that serves recorded exchanges back with their original timing.
+
+Matched flows are re-targeted to ssetape's timed server (a child process on loopback) that
+writes the recorded bytes at their recorded offsets; the proxy streams them to the client.
+Load it into plain mitmproxy with ``mitmdump -s addons/replayer.py --set ssetape_db=tape.db``
+(this file also loads the recorder, for the record modes that record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import orjson
+from mitmproxy import ctx, exceptions, http, tls
+from mitmproxy.addonmanager import Loader
+from ssetape.addons.recorder import REPLAYED, Recorder
+from ssetape.storage.store import Store
+
+from ssetape.addon_options import (
+    add_store_options,
+    check_paths,
+    default_db,
+    open_store,
+    redactor_for,
+)
+from ssetape.redactor import Redactor
+from ssetape.replay_index import Miss, ReplayIndex
+
+log = logging.getLogger("ssetape.replayer")
+
+RECORD_MODES = ("none", "once", "new_episodes", "all")
+
+
+def parse_speed(value: str) -> float:
+    try:
+        speed = float(value)
+    except ValueError:
+        speed = -1.0
+    if not speed >= 0 or speed == float("inf"):
+        raise exceptions.OptionsError(
+            f"ssetape_speed: {value!r} is not a speed (1 = recorded timing, 2 = twice as fast, "
+            "0 = no delays)"
+        )
+    return speed
+
+
+class Replayer:
+    def __init__(self) -> None:
+        self.store: Store | None = None
+        self.index: ReplayIndex | None = None
+        self.redactor: Redactor | None = None
+        self.speed = 1.0
+        self.tape_was_empty = False
+        self.server: asyncio.subprocess.Process | None = None
+        self.server_port: int | None = None
+        self.hits = 0
+        self.misses = 0
+
+    def load(self, loader: Loader) -> None:
+        add_store_options(loader)
+        loader.add_option(
+            "ssetape_record_mode",
+            str,
+            "none",
+            "VCR-style record mode: none (replay only; a miss is an error), once (record when "
+            "the tape is empty, else as none), new_episodes (replay hits, record misses), "
+            "all (record everything, replay nothing).",
+            choices=RECORD_MODES,
+        )
+        loader.add_option(
+            "ssetape_speed",
+            str,
+            "1",
+            "Replay speed: 1 = recorded timing, 2 = twice as fast, 0 = no delays at all.",
+        )
+        loader.add_option(
+            "ssetape_ignore_field",
+            Sequence[str],
+            [],
+            "JSON body fields (dotted paths) left out when matching requests to recordings.",
+        )
+        loader.add_option(
+            "ssetape_match_host", bool, True, "Require the host to match a recording's host."
+        )
+        loader.add_option(
+            "ssetape_repeat",
+            bool,
+            True,
+            "After all recordings of a request were served in order, keep serving the last one "
+            "(off: answer further repeats as a miss).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        if opts.ssetape_record_mode not in RECORD_MODES:
+            raise exceptions.OptionsError(
+                f"ssetape_record_mode: {opts.ssetape_record_mode!r} is not one of "
+                + ", ".join(RECORD_MODES)
+            )
+        self.speed = parse_speed(opts.ssetape_speed)
+        check_paths("ssetape_ignore_field", opts.ssetape_ignore_field)
+        if "ssetape_db" in updated or self.store is None:
+            if self.store is not None:
+                self.store.close()
+            self.store = open_store(opts.ssetape_db, create=opts.ssetape_record_mode != "none")
+            self.tape_was_empty = not self.store.exchanges(limit=1)
+        self.redactor = redactor_for(
+            self.store, opts.ssetape_redact_header, opts.ssetape_redact_field
+        )
+        self.index = ReplayIndex(
+            self.store,
+            self.redactor,
+            ignore=opts.ssetape_ignore_field,
+            match_host=opts.ssetape_match_host,
+            repeat=opts.ssetape_repeat,
+        )
+        # Without an upstream, CONNECT must not dial the server before the request is known.
+        if opts.connection_strategy != "lazy":
+            opts.update(connection_strategy="lazy")
+
+    async def running(self) -> None:
+        assert self.store is not None
+        # The URL goes through the environment: it may hold a password.
+        self.server = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "ssetape.timed_server",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "SSETAPE_DB": ctx.options.ssetape_db or default_db()},
+        )
+        assert self.server.stdout is not None
+        line = (await self.server.stdout.readline()).decode().strip()
+        if not line.startswith("port "):
+            log.error("ssetape: the replay server did not start: %s", line or "no output")
+            ctx.master.shutdown()
+            return
+        self.server_port = int(line.split()[1])
+
+    def tls_start_client(self, data: tls.TlsData) -> None:
+        """Speak HTTP/2 to clients that offer it: with no upstream, mitmproxy would pick the
+        client's first offer, which is http/1.1 for httpx even with http2=True."""
+        if not self._replaying() or data.ssl_conn is None or data.context.server.alpn:
+            return
+        if ctx.options.http2 and b"h2" in data.context.client.alpn_offers:
+            app = data.ssl_conn.get_app_data()
+            app["client_alpn"] = b"h2"
+
+    def _replaying(self) -> bool:
+        mode = ctx.options.ssetape_record_mode
+        return mode in ("none", "new_episodes") or (mode == "once" and not self.tape_was_empty)
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None or not self._replaying() or self.index is None:
+            return
+        req = flow.request
+        t0 = req.timestamp_end or time.time()
+        index = self.index
+        found = await asyncio.to_thread(
+            index.lookup, req.method, req.host, req.path, req.raw_content
+        )
+        if isinstance(found, int):
+            self.hits += 1
+            flow.metadata[REPLAYED] = found
+            req.headers["x-ssetape-exchange"] = str(found)
+            req.headers["x-ssetape-t0"] = repr(t0)
+            req.headers["x-ssetape-speed"] = repr(self.speed)
+            req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port or 9
+            return
+        if ctx.options.ssetape_record_mode == "new_episodes":
+            return  # forwarded upstream; the recorder keeps it
+        self.misses += 1
+        self._answer_miss(flow, found)
+
+    def _answer_miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
+        log.warning("ssetape: %s", miss.message)
+        body = {
+            "error": {
+                "type": "ssetape_replay_miss",
+                "code": "ssetape_replay_miss",
+                "message": miss.message,
+                "nearest": miss.nearest,
+            }
+        }
+        flow.response = http.Response.make(
+            404,
+            orjson.dumps(body, option=orjson.OPT_INDENT_2),
+            {"content-type": "application/json", "x-ssetape-miss": "1"},
+        )
+        flow.metadata[REPLAYED] = None
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(REPLAYED) is not None and flow.response is not None:
+            flow.response.stream = True
+
+    def done(self) -> None:
+        if self.server is not None and self.server.returncode is None:
+            self.server.kill()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.hits or self.misses:
+            log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
+
+
+addons = [Replayer(), Recorder()]

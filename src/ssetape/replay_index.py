@@ -1,0 +1,139 @@
+"""Which recording answers a request: the replayer's in-memory index of the store.
+
+Built from the stored (already redacted) requests; incoming requests are redacted with the
+store's key the same way before they are compared, so a masked field still matches.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from ssetape.matching import canonical_request, differences, fingerprint
+from ssetape.redactor import Redactor
+from ssetape.storage.models import Exchange
+from ssetape.storage.store import Store
+
+REPLAYABLE_STATES = ("completed", "truncated", "aborted", "interrupted")
+NEAREST = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    message: str
+    nearest: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    id: int
+    url: str
+    canonical: dict[str, Any]
+
+
+class ReplayIndex:
+    def __init__(
+        self,
+        store: Store,
+        redactor: Redactor,
+        *,
+        ignore: Sequence[str] = (),
+        match_host: bool = True,
+        repeat: bool = True,
+    ) -> None:
+        self.store = store
+        self.redactor = redactor
+        self.ignore = tuple(ignore)
+        self.match_host = match_host
+        self.repeat = repeat
+        self._by_fp: dict[str, list[int]] = {}
+        self._entries: list[_Entry] = []
+        self._served: dict[str, int] = {}
+        self._last_id = 0
+        self._lock = threading.Lock()
+
+    def _canonical(
+        self, method: str, host: str, path: str, query: str, body: bytes | None
+    ) -> dict[str, Any]:
+        return canonical_request(
+            method, host, path, query, body, ignore=self.ignore, match_host=self.match_host
+        )
+
+    def refresh(self) -> None:
+        """Add recordings made since the last refresh (new_episodes, other recorders)."""
+        with self.store.Session() as s:
+            rows = s.execute(
+                select(
+                    Exchange.id,
+                    Exchange.method,
+                    Exchange.scheme,
+                    Exchange.host,
+                    Exchange.path,
+                    Exchange.query,
+                    Exchange.request_body,
+                )
+                .where(
+                    Exchange.id > self._last_id,
+                    Exchange.status.is_not(None),
+                    Exchange.state.in_(REPLAYABLE_STATES),
+                )
+                .order_by(Exchange.id)
+            ).all()
+        for xid, method, scheme, host, path, query, body in rows:
+            canon = self._canonical(method, host, path, query, body)
+            self._by_fp.setdefault(fingerprint(canon), []).append(xid)
+            url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+            self._entries.append(_Entry(xid, f"{method} {url}", canon))
+            self._last_id = max(self._last_id, xid)
+
+    def lookup(self, method: str, host: str, full_path: str, body: bytes | None) -> int | Miss:
+        """The exchange id to serve, or why there is none. Runs in a worker thread."""
+        path, _, raw_query = full_path.partition("?")
+        query = self.redactor.query(raw_query)
+        canon = self._canonical(method, host, path, query, self.redactor.body(body))
+        fp = fingerprint(canon)
+        with self._lock:
+            if fp not in self._by_fp:
+                self.refresh()
+            ids = self._by_fp.get(fp)
+            if ids:
+                n = self._served.get(fp, 0)
+                if n < len(ids) or self.repeat:
+                    self._served[fp] = n + 1
+                    return ids[min(n, len(ids) - 1)]
+                return Miss(
+                    f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
+                    "were all served (ssetape_repeat is off)",
+                    [],
+                )
+            return self._miss(method, host, path, canon)
+
+    def _miss(self, method: str, host: str, path: str, canon: dict[str, Any]) -> Miss:
+        scored = []
+        for e in self._entries:
+            diffs = differences(e.canonical, canon)
+            # A different endpoint is a worse neighbour than a different body field.
+            weight = sum(10 if d.field in ("method", "host", "path") else 1 for d in diffs)
+            scored.append((weight, e, diffs))
+        scored.sort(key=lambda t: (t[0], -t[1].id))
+        nearest = [
+            {"id": e.id, "request": e.url, "differences": [d.as_dict() for d in diffs]}
+            for _, e, diffs in scored[:NEAREST]
+        ]
+        msg = f"no recording matches {method} {host}{path}"
+        if nearest:
+            first = nearest[0]
+            what = ", ".join(
+                f"{d['field']} (recorded {d['recorded']!r}, requested {d['requested']!r})"
+                for d in first["differences"][:3]
+            )
+            msg += f"; nearest is #{first['id']} {first['request']}, which differs in {what}"
+        else:
+            msg += "; the tape is empty"
+        msg += ". Record it with --record-mode new_episodes, or ignore volatile fields with "
+        msg += "--ignore-field."
+        return Miss(msg, nearest)

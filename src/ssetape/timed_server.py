@@ -1,0 +1,228 @@
+"""The timed source of replayed responses: a small HTTP/1.1 server in its own process.
+
+mitmproxy cannot stream a response that an addon makes up, so the replayer re-targets a
+matched flow to this server, which writes the recorded status, headers and body bytes at their
+recorded offsets. It runs in a separate process so that its timers never wait for the proxy's
+event loop or its GIL: only the proxy's relay of each chunk adds latency.
+
+The proxy passes, in request headers, the exchange id, the moment the proxy had the whole
+request (``time.time()``, offset zero) and the speed. Each exchange's events are loaded with one
+query and kept pre-encoded in a small cache.
+
+Run as ``python -m ssetape.timed_server --db URL`` (or with ``$SSETAPE_DB``); it prints
+``port N`` once listening and exits when its standard input closes (the proxy went away).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from ssetape.storage.models import Chunk, Event, Exchange
+from ssetape.storage.store import Store, StoreError
+
+log = logging.getLogger("ssetape.timed_server")
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+H_EXCHANGE, H_T0, H_SPEED = b"x-ssetape-exchange", b"x-ssetape-t0", b"x-ssetape-speed"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One recorded response, ready to write: head bytes and (offset seconds, bytes) pieces."""
+
+    head: bytes
+    ttfb: float
+    pieces: tuple[tuple[float, bytes], ...]
+    stream: bool
+    complete: bool  # False: cut the connection after the last piece, as the recording ended
+
+
+def build_script(x: Exchange, events: list[Event], chunks: list[Chunk]) -> Script:
+    stream = x.is_stream
+    headers = [(k, v) for k, v in (x.response_headers or []) if k.lower() not in HOP_BY_HOP]
+    pieces: list[tuple[float, bytes]] = []
+    if stream:
+        # Encoded streams replay their wire chunks, plain ones their events; events that
+        # arrived in one read stay one write, as they came.
+        rows = (
+            [(c.offset_us, c.data) for c in chunks]
+            if chunks
+            else [(e.offset_us, e.raw) for e in events]
+        )
+        for off, data in rows:
+            if pieces and pieces[-1][0] == off / 1e6:
+                pieces[-1] = (pieces[-1][0], pieces[-1][1] + data)
+            else:
+                pieces.append((off / 1e6, data))
+        headers.append(("transfer-encoding", "chunked"))
+    else:
+        body = x.response_body or b""
+        pieces.append(((x.duration_us or x.ttfb_us or 0) / 1e6, body))
+        headers.append(("content-length", str(len(body))))
+    reason = x.reason or ""
+    lines = [f"HTTP/1.1 {x.status} {reason}".rstrip()]
+    lines += [f"{k}: {v}" for k, v in headers]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+    return Script(
+        head=head,
+        ttfb=(x.ttfb_us or 0) / 1e6,
+        pieces=tuple(pieces),
+        stream=stream,
+        complete=x.state == "completed",
+    )
+
+
+class TimedServer:
+    def __init__(self, store: Store, *, cache_size: int = 256) -> None:
+        self.store = store
+        self._cache: OrderedDict[int, Script] = OrderedDict()
+        self._cache_size = cache_size
+
+    def load(self, exchange_id: int) -> Script:
+        script = self._cache.get(exchange_id)
+        if script is None:
+            with self.store.Session() as s:
+                x = s.get(Exchange, exchange_id)
+                if x is None or x.status is None:
+                    raise LookupError(f"exchange {exchange_id} has no recorded response")
+                events = list(
+                    s.scalars(
+                        select(Event).where(Event.exchange_id == exchange_id).order_by(Event.seq)
+                    )
+                )
+                chunks = list(
+                    s.scalars(
+                        select(Chunk).where(Chunk.exchange_id == exchange_id).order_by(Chunk.seq)
+                    )
+                )
+                script = build_script(x, events, chunks)
+            self._cache[exchange_id] = script
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(exchange_id)
+        return script
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                headers = _parse_head(head)
+                await _discard_body(reader, headers)
+                if not await self._respond(writer, headers):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, writer: asyncio.StreamWriter, headers: dict[bytes, bytes]) -> bool:
+        loop = asyncio.get_running_loop()
+        try:
+            script = await loop.run_in_executor(None, self.load, int(headers[H_EXCHANGE]))
+            t0 = float(headers[H_T0])
+            speed = float(headers.get(H_SPEED, b"1"))
+        except (KeyError, ValueError, LookupError) as e:
+            msg = f"ssetape timed server: bad replay request: {e}".encode()
+            writer.write(
+                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: %d\r\n\r\n%s"
+                % (len(msg), msg)
+            )
+            return True
+        # Deadlines are absolute (loop clock), so late wake-ups never add up.
+        base = loop.time() - (time.time() - t0)
+
+        async def at(offset: float) -> None:
+            if speed > 0:
+                delay = base + offset / speed - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+
+        await at(script.ttfb)
+        if not script.stream:
+            await at(script.pieces[0][0])
+            writer.write(script.head + script.pieces[0][1])
+            await writer.drain()
+            return True
+        writer.write(script.head)
+        for offset, data in script.pieces:
+            await at(offset)
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+            await writer.drain()
+        if not script.complete:
+            writer.transport.abort()  # the recording ended here: end the replay the same way
+            return False
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def _parse_head(head: bytes) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            out[name.strip().lower()] = value.strip()
+    return out
+
+
+async def _discard_body(reader: asyncio.StreamReader, headers: dict[bytes, bytes]) -> None:
+    if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                return
+    n = int(headers.get(b"content-length", b"0") or 0)
+    if n:
+        await reader.readexactly(n)
+
+
+async def serve(db: str, host: str, port: int) -> None:
+    try:
+        store = Store.open(db, create=False)
+    except StoreError as e:
+        print(f"error {e}", flush=True)
+        return
+    server = TimedServer(store)
+    srv = await asyncio.start_server(server.handle, host, port)
+    print(f"port {srv.sockets[0].getsockname()[1]}", flush=True)
+    loop = asyncio.get_running_loop()
+    # Exit with the parent: its end of our stdin closes when it goes away.
+    await loop.run_in_executor(None, sys.stdin.buffer.read)
+    srv.close()
+    store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m ssetape.timed_server")
+    ap.add_argument(
+        "--db", default=os.environ.get("SSETAPE_DB"), required="SSETAPE_DB" not in os.environ
+    )
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    asyncio.run(serve(args.db, args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Recording HTTPS through the forward proxy with mitmproxy's CA, and inside plain mitmdump."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import openai
+from ssetape.storage.store import Store
+
+from ssetape.simulator import Simulator
+from tests.conftest import LISTEN, Proc
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_https_forward_proxy_with_the_ca(
+    tls_sim: tuple[Simulator, Path], ssetape_proc: Callable[..., Proc], confdir: Path
+) -> None:
+    sim, upstream_cert = tls_sim
+    proc = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}")
+    ca = confdir / "mitmproxy-ca-cert.pem"
+    base = sim.url.replace("127.0.0.1", "localhost") + "/v1"
+    with httpx.Client(proxy=proc.url, verify=ssl.create_default_context(cafile=ca)) as http:
+        client = openai.OpenAI(base_url=base, api_key="sk-x", max_retries=0, http_client=http)
+        chunks = list(
+            client.chat.completions.create(
+                model="sim-chat",
+                stream=True,
+                messages=[{"role": "user", "content": "tls"}],
+            )
+        )
+    assert chunks[-1].usage is not None
+    assert proc.stop() == 0
+    store = Store.open(proc.db, create=False)
+    (x,) = store.exchanges()
+    assert (x.scheme, x.host, x.state) == ("https", "localhost", "completed")
+    assert [e.data for e in store.events(x.id)][-1] == "[DONE]"
+    store.close()
+
+
+def test_addon_loads_into_plain_mitmdump(sim: Simulator, tmp_path: Path, confdir: Path) -> None:
+    db = tmp_path / "tape.db"
+    mitmdump = str(Path(sys.executable).parent / "mitmdump")
+    p = subprocess.Popen(
+        [
+            mitmdump,
+            "-s",
+            str(ROOT / "addons" / "recorder.py"),
+            "--set",
+            f"ssetape_db={db}",
+            "--mode",
+            f"reverse:{sim.url}",
+            "--listen-host",
+            "127.0.0.1",
+            "--listen-port",
+            "0",
+            "--set",
+            f"confdir={confdir}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert p.stdout is not None
+    port = None
+    for line in p.stdout:
+        if b"listening at" in line:
+            port = int(line.rsplit(b":", 1)[1].strip().rstrip(b"."))
+            break
+    assert port, "mitmdump did not start"
+    r = httpx.post(
+        f"http://127.0.0.1:{port}/v1/messages",
+        json={
+            "model": "sim-m",
+            "stream": True,
+            "max_tokens": 20,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        timeout=30,
+    )
+    assert r.status_code == 200 and b"message_stop" in r.content
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(20) == 0
+    store = Store.open(str(db), create=False)
+    (x,) = store.exchanges()
+    assert x.state == "completed" and x.event_count > 5
+    store.close()
+
+
+def test_record_prints_its_address_and_exits_zero_on_sigint(tmp_path: Path) -> None:
+    from tests.conftest import start_ssetape
+
+    db = str(tmp_path / "t.db")
+    p = start_ssetape(["record", "--db", db, "--port", "0", "--confdir", str(tmp_path)], db=db)
+    assert LISTEN.search(p.log)
+    p.proc.send_signal(signal.SIGINT)
+    assert p.proc.wait(20) == 0

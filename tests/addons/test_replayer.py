@@ -1,0 +1,263 @@
+"""Timed replay end to end: record from the simulator, stop it, replay through `ssetape replay`."""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import orjson
+import pytest
+from ssetape.storage.store import Store
+
+from ssetape.simulator import Simulator
+from ssetape.sse import SseParser
+from tests.conftest import SIM_SPEED, Proc, tls_simulator
+
+CHAT: dict[str, Any] = {
+    "model": "sim-chat",
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "messages": [{"role": "user", "content": "replay me"}],
+}
+MSG: dict[str, Any] = {
+    "model": "sim-m",
+    "stream": True,
+    "max_tokens": 20,
+    "messages": [{"role": "user", "content": "replay me"}],
+}
+
+
+def timed(base: str, path: str, body: dict[str, Any]) -> tuple[int, bytes, list[float]]:
+    """Status, raw body, and the arrival time of each SSE block after the request was sent."""
+    parser, times = SseParser(), []
+    with httpx.Client(timeout=30) as c:
+        t0 = time.perf_counter()
+        with c.stream("POST", base + path, content=orjson.dumps(body)) as r:
+            raw = b""
+            for chunk in r.iter_raw():
+                now = time.perf_counter() - t0
+                raw += chunk
+                times += [now] * len(parser.feed(chunk))
+    return r.status_code, raw, times
+
+
+def record(
+    proc_factory: Callable[..., Proc], calls: list[tuple[str, dict[str, Any]]], db: str
+) -> tuple[str, list[tuple[int, bytes, list[float]]]]:
+    """Record `calls` through a private simulator, then stop it: replays cannot reach it."""
+    with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        proc = proc_factory("record", "--mode", f"reverse:{sim.url}", db=db)
+        results = [timed(proc.url, path, body) for path, body in calls]
+        assert proc.stop() == 0
+        return sim.url, results
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "tape.db")
+
+
+def test_replay_is_byte_identical_with_recorded_gaps(
+    ssetape_proc: Callable[..., Proc], db: str
+) -> None:
+    calls = [("/v1/chat/completions", {**CHAT, "model": "sim-pause"}), ("/v1/messages", MSG)]
+    upstream, recorded = record(ssetape_proc, calls, db)
+    proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
+    store = Store.open(db, create=False)
+    for (path, body), (status, raw, _), x in zip(
+        calls, recorded, sorted(store.exchanges(), key=lambda x: x.id), strict=True
+    ):
+        got_status, got_raw, times = timed(proc.url, path, body)
+        assert (got_status, got_raw) == (status, raw)
+        offsets = [e.offset_us / 1e6 for e in store.events(x.id)]
+        assert len(times) == len(offsets)
+        assert times[0] >= offsets[0] - 0.002  # never early
+        for i in range(1, len(times)):
+            want = offsets[i] - offsets[i - 1]
+            assert abs((times[i] - times[i - 1]) - want) < 0.015, (i, times, offsets)
+    store.close()
+
+
+def test_speed_zero_and_two(ssetape_proc: Callable[..., Proc], db: str) -> None:
+    body = {**CHAT, "model": "sim-pause"}  # a 1.5 s pause at speed 1 (0.75 s recorded)
+    upstream, [(_, raw, rec_times)] = record(ssetape_proc, [("/v1/chat/completions", body)], db)
+    fast = ssetape_proc("replay", "--speed", "0", "--mode", f"reverse:{upstream}", db=db)
+    _, raw0, times0 = timed(fast.url, "/v1/chat/completions", body)
+    assert raw0 == raw and times0[-1] < 0.25 < rec_times[-1]
+    double = ssetape_proc("replay", "--speed", "2", "--mode", f"reverse:{upstream}", db=db)
+    _, raw2, times2 = timed(double.url, "/v1/chat/completions", body)
+    assert raw2 == raw
+    assert abs(times2[-1] - rec_times[-1] / 2) < 0.05
+
+
+def test_sdk_events_equal_after_the_upstream_is_gone(
+    ssetape_proc: Callable[..., Proc], db: str
+) -> None:
+    def run(base: str) -> list[Any]:
+        oa = openai.OpenAI(base_url=base + "/v1", api_key="sk-x", max_retries=0)
+        chat = [c.model_dump() for c in oa.chat.completions.create(**CHAT)]
+        resp = [e.model_dump() for e in oa.responses.create(model="sim-r", input="hi", stream=True)]
+        an = anthropic.Anthropic(base_url=base, api_key="sk-ant-x", max_retries=0)
+        msgs = [e.model_dump() for e in an.messages.create(**MSG)]
+        return [chat, resp, msgs]
+
+    with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        direct = run(sim.url)
+        rec = ssetape_proc("record", "--mode", f"reverse:{sim.url}", db=db)
+        assert run(rec.url) == direct
+        assert rec.stop() == 0
+        upstream = sim.url
+    proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
+    assert run(proc.url) == direct
+
+
+def test_truncated_and_error_recordings_replay_as_recorded(
+    ssetape_proc: Callable[..., Proc], db: str
+) -> None:
+    cut = {**CHAT, "model": "sim-cut"}
+    err = {**CHAT, "model": "sim-error"}
+    with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        rec = ssetape_proc("record", "--mode", f"reverse:{sim.url}", db=db)
+        with pytest.raises(httpx.RemoteProtocolError):
+            timed(rec.url, "/v1/chat/completions", cut)
+        _, err_raw, _ = timed(rec.url, "/v1/chat/completions", err)
+        assert rec.stop() == 0
+        upstream = sim.url
+    store = Store.open(db, create=False)
+    truncated = next(x for x in store.exchanges() if x.state == "truncated")
+    recorded_cut = b"".join(e.raw for e in store.events(truncated.id))
+    store.close()
+
+    proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
+    got = b""
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream("POST", proc.url + "/v1/chat/completions", content=orjson.dumps(cut)) as r,
+    ):
+        for chunk in r.iter_raw():
+            got += chunk
+    assert got == recorded_cut  # cut at the same byte
+    assert timed(proc.url, "/v1/chat/completions", err)[1] == err_raw
+
+
+def test_miss_names_the_nearest_recording_and_the_field(
+    ssetape_proc: Callable[..., Proc], db: str
+) -> None:
+    upstream, _ = record(ssetape_proc, [("/v1/chat/completions", CHAT)], db)
+    proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
+    other = {**CHAT, "messages": [{"role": "user", "content": "something else"}]}
+    r = httpx.post(proc.url + "/v1/chat/completions", json=other, timeout=30)
+    assert r.status_code == 404 and r.headers["x-ssetape-miss"] == "1"
+    err = r.json()["error"]
+    assert err["nearest"][0]["differences"] == [
+        {
+            "field": "body.messages[0].content",
+            "recorded": "replay me",
+            "requested": "something else",
+        }
+    ]
+    client = openai.OpenAI(base_url=proc.url + "/v1", api_key="sk-x", max_retries=0)
+    with pytest.raises(openai.NotFoundError, match=r"body\.messages\[0\]\.content"):
+        client.chat.completions.create(**other)
+    assert b"no recording matches" in proc.log
+
+
+def test_record_modes(ssetape_proc: Callable[..., Proc], sim: Simulator, db: str) -> None:
+    path = "/v1/chat/completions"
+    second = {**CHAT, "messages": [{"role": "user", "content": "second"}]}
+
+    def count() -> int:
+        s = Store.open(db, create=False)
+        n = len(s.exchanges())
+        s.close()
+        return n
+
+    # once, empty tape: records
+    p = ssetape_proc("replay", "--record-mode", "once", "--mode", f"reverse:{sim.url}", db=db)
+    assert timed(p.url, path, CHAT)[0] == 200
+    assert p.stop() == 0 and count() == 1
+    # once, tape exists: replays, a miss is an error, nothing forwarded
+    p = ssetape_proc("replay", "--record-mode", "once", "--mode", f"reverse:{sim.url}", db=db)
+    assert timed(p.url, path, CHAT)[0] == 200
+    assert timed(p.url, path, second)[0] == 404
+    assert p.stop() == 0 and count() == 1
+    # new_episodes: a hit replays, a miss goes upstream and is recorded
+    p = ssetape_proc(
+        "replay", "--record-mode", "new_episodes", "--mode", f"reverse:{sim.url}", db=db
+    )
+    assert timed(p.url, path, CHAT)[0] == 200
+    assert timed(p.url, path, second)[0] == 200
+    assert p.stop() == 0 and count() == 2
+    # none: misses never reach the upstream
+    p = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", db=db)
+    third = {**CHAT, "messages": [{"role": "user", "content": "third"}]}
+    assert timed(p.url, path, third)[0] == 404
+    assert timed(p.url, path, second)[0] == 200  # recorded by new_episodes above
+    assert p.stop() == 0 and count() == 2
+    # all: everything goes upstream and is recorded again
+    p = ssetape_proc("replay", "--record-mode", "all", "--mode", f"reverse:{sim.url}", db=db)
+    assert timed(p.url, path, CHAT)[0] == 200
+    assert p.stop() == 0 and count() == 3
+
+
+def test_repeats_ignore_fields_and_host_matching(
+    ssetape_proc: Callable[..., Proc], db: str
+) -> None:
+    a = {**CHAT, "user": "u1", "model": "sim-chat"}
+    b = {**CHAT, "user": "u1", "model": "sim-chat", "max_tokens": 5}
+    path = "/v1/chat/completions"
+    upstream, recorded = record(ssetape_proc, [(path, a), (path, a), (path, b)], db)
+    first, second = recorded[0][1], recorded[1][1]
+    p = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
+    # the two recordings of `a` in order, then the last one again
+    assert [timed(p.url, path, a)[1] for _ in range(3)] == [first, second, second]
+    p2 = ssetape_proc("replay", "--no-repeat", "--mode", f"reverse:{upstream}", db=db)
+    assert [timed(p2.url, path, a)[0] for _ in range(3)] == [200, 200, 404]
+    p3 = ssetape_proc("replay", "--ignore-field", "user", "--mode", f"reverse:{upstream}", db=db)
+    assert timed(p3.url, path, {**a, "user": "someone-else"})[1] == first
+    assert timed(p.url, path, {**a, "user": "someone-else"})[0] == 404
+    other_host = upstream.replace("127.0.0.1", "localhost")
+    p4 = ssetape_proc("replay", "--no-match-host", "--mode", f"reverse:{other_host}", db=db)
+    assert timed(p4.url, path, b)[1] == recorded[2][1]
+    p5 = ssetape_proc("replay", "--mode", f"reverse:{other_host}", db=db)
+    assert timed(p5.url, path, b)[0] == 404
+
+
+def test_bad_replay_options(db: str) -> None:
+    import subprocess
+
+    from tests.conftest import SSETAPE
+
+    r = subprocess.run(
+        [SSETAPE, "replay", "--db", db, "--port", "0"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode != 0 and "no ssetape database" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([SSETAPE, "replay", "--speed", "-1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--speed" in r.stderr
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_https_forward_replay_without_any_upstream(
+    ssetape_proc: Callable[..., Proc], tmp_path: Path, confdir: Path, db: str, http2: bool
+) -> None:
+    with tls_simulator(tmp_path) as (sim, upstream_cert):
+        base = sim.url.replace("127.0.0.1", "localhost")
+        rec = ssetape_proc(
+            "record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}", db=db
+        )
+        ca = ssl.create_default_context(cafile=confdir / "mitmproxy-ca-cert.pem")
+        with httpx.Client(proxy=rec.url, verify=ca) as c:
+            recorded = c.post(base + "/v1/chat/completions", json=CHAT).content
+        assert rec.stop() == 0
+    # The simulator is stopped: nothing listens upstream any more.
+    proc = ssetape_proc("replay", db=db)
+    with httpx.Client(proxy=proc.url, verify=ca, http2=http2) as c:
+        r = c.post(base + "/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200 and r.content == recorded
+    assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
