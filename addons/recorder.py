@@ -125,7 +125,7 @@ class Recorder:
                 encoding=resp.headers.get("content-encoding", ""),
             )
             meta["capture"] = capture
-            flow.response.stream = capture
+            resp.stream = capture
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, "completed")

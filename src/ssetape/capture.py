@@ -39,7 +39,7 @@ def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
     if enc == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().decompressobj().decompress  # type: ignore[no-any-return]
+        return zstandard.ZstdDecompressor().decompressobj().decompress
     raise ValueError(f"unsupported content-encoding {encoding!r}")
 
 

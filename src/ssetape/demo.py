@@ -68,9 +68,9 @@ async def _record(db: str, sim_url: str, console: Console) -> None:
         options={"ssetape_db": db},
         on_ready=lambda h, p: ready.set_result((h, p)),
     )
-    task = asyncio.create_task(runner.run())
-    done, _ = await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
+    task = asyncio.ensure_future(runner.run())
+    await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+    if task.done():
         task.result()
         return
     host, port = ready.result()

@@ -125,13 +125,12 @@ class ReplayIndex:
             for _, e, diffs in scored[:NEAREST]
         ]
         msg = f"no recording matches {method} {host}{path}"
-        if nearest:
-            first = nearest[0]
+        if scored:
+            _, best, diffs = scored[0]
             what = ", ".join(
-                f"{d['field']} (recorded {d['recorded']!r}, requested {d['requested']!r})"
-                for d in first["differences"][:3]
+                f"{d.field} (recorded {d.recorded!r}, requested {d.requested!r})" for d in diffs[:3]
             )
-            msg += f"; nearest is #{first['id']} {first['request']}, which differs in {what}"
+            msg += f"; nearest is #{best.id} {best.url}, which differs in {what}"
         else:
             msg += "; the tape is empty"
         msg += ". Record it with --record-mode new_episodes, or ignore volatile fields with "
