@@ -58,6 +58,7 @@ class Replayer:
         self.tape_was_empty = False
         self.server: asyncio.subprocess.Process | None = None
         self.server_port: int | None = None
+        self.server_ready = asyncio.Event()
         self.hits = 0
         self.misses = 0
 
@@ -141,6 +142,7 @@ class Replayer:
             ctx.master.shutdown()
             return
         self.server_port = int(line.split()[1])
+        self.server_ready.set()
 
     def tls_start_client(self, data: tls.TlsData) -> None:
         """Speak HTTP/2 to clients that offer it: with no upstream, mitmproxy would pick the
@@ -165,12 +167,15 @@ class Replayer:
             index.lookup, req.method, req.host, req.path, req.raw_content
         )
         if isinstance(found, int):
+            # The proxy accepts connections a moment before the timed server is up.
+            await self.server_ready.wait()
             self.hits += 1
             flow.metadata[REPLAYED] = found
             req.headers["x-ssetape-exchange"] = str(found)
             req.headers["x-ssetape-t0"] = repr(t0)
             req.headers["x-ssetape-speed"] = repr(self.speed)
-            req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port or 9
+            assert self.server_port is not None
+            req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port
             return
         if ctx.options.ssetape_record_mode == "new_episodes":
             return  # forwarded upstream; the recorder keeps it
