@@ -1,17 +1,20 @@
 """mitmproxy addon that records every exchange, and every SSE event with its arrival time.
 
 Load it into plain mitmproxy with ``mitmdump -s addons/recorder.py --set ssetape_db=tape.db``.
-Nothing here blocks the event loop: rows go to the store's writer thread through a queue.
+Nothing here blocks the event loop: rows go to the store's writer thread through a queue, and
+large request bodies are redacted and fingerprinted in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
 import socket
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
@@ -25,9 +28,13 @@ from ssetape.redactor import Redactor
 
 log = logging.getLogger("ssetape.recorder")
 
+# flow.metadata keys: plain values only, as mitmproxy copies and saves metadata.
 META = "ssetape"
 REPLAYED = "ssetape_replayed"
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
+# Bodies above this are redacted and hashed in a worker thread, not on the event loop.
+INLINE_BODY = 64 * 1024
+CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
 
 
 def is_streamed(response: http.Response) -> bool:
@@ -40,6 +47,14 @@ def is_streamed(response: http.Response) -> bool:
     return response.status_code not in (204, 304)
 
 
+def end_state(msg: str, has_response: bool) -> str:
+    """How an exchange that ended with ``flow.error`` ended, from mitmproxy's message."""
+    # HTTP/2 resets read "stream reset by client" from either side; CANCEL is the client's.
+    if msg in CLIENT_GONE or msg.endswith("(CANCEL)"):
+        return "aborted"
+    return "truncated" if has_response else "failed"
+
+
 class Recorder:
     def __init__(self) -> None:
         self.store: Store | None = None
@@ -47,7 +62,9 @@ class Recorder:
         self.redactor: Redactor | None = None
         self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
         self.inflight: dict[str, http.HTTPFlow] = {}
+        self.captures: dict[str, Capture] = {}
         self.capture_failures = 0
+        self.hook_failures = 0
 
     def load(self, loader: Loader) -> None:
         add_store_options(loader)
@@ -61,70 +78,97 @@ class Recorder:
     def configure(self, updated: set[str]) -> None:
         if not ctx.options.ssetape_record:
             return
-        if "ssetape_db" in updated or self.store is None:
+        if self.store is None or "ssetape_db" in updated:
             self._close()
             self.store = open_store(ctx.options.ssetape_db)
             self.writer = Writer(self.store)
             self.writer.start()
+            self.redactor = None
             log.info("ssetape: recording to %s", self.store.url)
-        if updated & {"ssetape_redact_header", "ssetape_redact_field", "ssetape_db"}:
+        if self.redactor is None or updated & {"ssetape_redact_header", "ssetape_redact_field"}:
             self.redactor = redactor_for(
                 self.store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
             )
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         if self.writer is None or self.redactor is None or not ctx.options.ssetape_record:
             return
         if flow.response is not None or REPLAYED in flow.metadata:  # served by the replayer
             return
         req = flow.request
-        r = self.redactor
-        path, _, raw_query = req.path.partition("?")
-        query = r.query(raw_query)
-        body = r.body(req.raw_content)
         uid = secrets.token_hex(16)
         t0 = req.timestamp_end or time.time()
-        flow.metadata[META] = {"uid": uid, "t0": t0, "capture": None}
+        try:
+            fields = self._request_fields(flow, t0)
+            if len(req.raw_content or b"") > INLINE_BODY:
+                fields.update(await asyncio.to_thread(self._body_fields, req))
+            else:
+                fields.update(self._body_fields(req))
+        except Exception:  # never let a recording bug touch the traffic
+            self.hook_failures += 1
+            log.exception("ssetape: cannot record %s %s; traffic continues", req.method, req.host)
+            return
+        flow.metadata[META] = {"uid": uid, "t0": t0}
         self.inflight[uid] = flow
-        self.writer.begin(
-            uid,
-            started_at=datetime.fromtimestamp(t0, UTC),
-            method=req.method,
-            scheme=req.scheme,
-            host=req.host,
-            port=req.port,
-            path=path,
-            query=query,
-            http_version=req.http_version,
-            request_headers=r.headers_list(req.headers.items(multi=True)),
-            request_body=body,
-            fingerprint=fingerprint(canonical_request(req.method, req.host, path, query, body)),
-            recorder=self.recorder_id,
-        )
+        self.writer.begin(uid, **fields)
+
+    def _request_fields(self, flow: http.HTTPFlow, t0: float) -> dict[str, Any]:
+        assert self.redactor is not None
+        req = flow.request
+        return {
+            "started_at": datetime.fromtimestamp(t0, UTC),
+            "method": req.method,
+            "scheme": req.scheme,
+            "host": req.host,
+            "port": req.port,
+            "http_version": req.http_version,
+            "request_headers": self.redactor.headers_list(req.headers.items(multi=True)),
+            "recorder": self.recorder_id,
+        }
+
+    def _body_fields(self, req: http.Request) -> dict[str, Any]:
+        assert self.redactor is not None
+        path, _, raw_query = req.path.partition("?")
+        query = self.redactor.query(raw_query)
+        body = self.redactor.body(req.raw_content)
+        canon = canonical_request(req.method, req.host, path, query, body)
+        return {
+            "path": path,
+            "query": query,
+            "request_body": body,
+            "fingerprint": fingerprint(canon),
+        }
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         meta = flow.metadata.get(META)
         resp = flow.response
-        if meta is None or resp is None or self.writer is None or self.redactor is None:
+        if resp is None:
             return
         streamed = is_streamed(resp)
+        if meta is None or self.writer is None or self.redactor is None:
+            # Not recording this one: still never hold a stream back (mitmproxy would buffer
+            # it whole). Replayed responses are the replayer's to stream.
+            if streamed and REPLAYED not in flow.metadata and not resp.stream:
+                resp.stream = True
+            return
+        uid = meta["uid"]
         self.writer.update(
-            meta["uid"],
+            uid,
             status=resp.status_code,
             reason=resp.reason,
             response_headers=self.redactor.headers_list(resp.headers.items(multi=True)),
-            ttfb_us=int((resp.timestamp_start - meta["t0"]) * 1_000_000),
+            ttfb_us=round((resp.timestamp_start - meta["t0"]) * 1_000_000),
             is_stream=streamed,
         )
         if streamed:
             capture = Capture(
-                meta["uid"],
+                uid,
                 meta["t0"],
                 self.writer,
                 sse=resp.headers.get("content-type", "").lower().startswith("text/event-stream"),
                 encoding=resp.headers.get("content-encoding", ""),
             )
-            meta["capture"] = capture
+            self.captures[uid] = capture
             resp.stream = capture
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -132,21 +176,16 @@ class Recorder:
 
     def error(self, flow: http.HTTPFlow) -> None:
         msg = flow.error.msg if flow.error else "unknown error"
-        if "client" in msg.lower() or msg == "Connection killed.":
-            state = "aborted"
-        elif flow.response is not None:
-            state = "truncated"
-        else:
-            state = "failed"
-        self._finish(flow, state, msg)
+        self._finish(flow, end_state(msg, flow.response is not None), msg)
 
     def _finish(self, flow: http.HTTPFlow, state: str, error: str | None = None) -> None:
         meta = flow.metadata.pop(META, None)
         if meta is None or self.writer is None:
             return
-        self.inflight.pop(meta["uid"], None)
+        uid = meta["uid"]
+        self.inflight.pop(uid, None)
         fields: dict[str, object] = {"state": state, "error": error}
-        capture: Capture | None = meta["capture"]
+        capture = self.captures.pop(uid, None)
         if capture is not None:
             capture.close()
             if capture.error is not None:
@@ -155,10 +194,10 @@ class Recorder:
         resp = flow.response
         if resp is not None:
             end = resp.timestamp_end or time.time()
-            fields["duration_us"] = int((end - meta["t0"]) * 1_000_000)
+            fields["duration_us"] = round((end - meta["t0"]) * 1_000_000)
             if capture is None and state == "completed":
                 fields["response_body"] = resp.raw_content
-        self.writer.finish(meta["uid"], **fields)
+        self.writer.finish(uid, **fields)
 
     def done(self) -> None:
         for flow in list(self.inflight.values()):
@@ -172,10 +211,11 @@ class Recorder:
             if st.dropped_events or st.failed_batches or self.capture_failures:
                 log.warning(
                     "ssetape: %d events could not be stored, %d failed batches, "
-                    "%d streams not parsed",
+                    "%d streams not parsed, %d requests not recorded",
                     st.dropped_events,
                     st.failed_batches,
                     self.capture_failures,
+                    self.hook_failures,
                 )
             self.writer = None
         if self.store is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +35,11 @@ from ssetape.replay_index import Miss, ReplayIndex
 log = logging.getLogger("ssetape.replayer")
 
 RECORD_MODES = ("none", "once", "new_episodes", "all")
+OWN_OPTIONS = frozenset(
+    {"ssetape_db", "ssetape_record_mode", "ssetape_speed", "ssetape_ignore_field",
+     "ssetape_match_host", "ssetape_repeat", "ssetape_redact_header", "ssetape_redact_field"}
+)  # fmt: skip
+TOKEN_HEADER = "x-ssetape-token"
 
 
 def parse_speed(value: str) -> float:
@@ -59,6 +65,8 @@ class Replayer:
         self.server: asyncio.subprocess.Process | None = None
         self.server_port: int | None = None
         self.server_ready = asyncio.Event()
+        # Only the proxy may ask the timed server for recordings.
+        self.token = secrets.token_hex(16)
         self.hits = 0
         self.misses = 0
 
@@ -97,6 +105,8 @@ class Replayer:
         )
 
     def configure(self, updated: set[str]) -> None:
+        if not updated & OWN_OPTIONS and self.store is not None:
+            return  # another addon's option: keep the index and its served counters
         opts = ctx.options
         if opts.ssetape_record_mode not in RECORD_MODES:
             raise exceptions.OptionsError(
@@ -133,7 +143,11 @@ class Replayer:
             "ssetape.timed_server",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "SSETAPE_DB": ctx.options.ssetape_db or default_db()},
+            env={
+                **os.environ,
+                "SSETAPE_DB": ctx.options.ssetape_db or default_db(),
+                "SSETAPE_REPLAY_TOKEN": self.token,
+            },
         )
         assert self.server.stdout is not None
         line = (await self.server.stdout.readline()).decode().strip()
@@ -149,6 +163,9 @@ class Replayer:
         client's first offer, which is http/1.1 for httpx even with http2=True."""
         if not self._replaying() or data.ssl_conn is None or data.context.server.alpn:
             return
+        layers = data.context.layers
+        if len(layers) == 2 and type(layers[0]).__name__ == "HttpProxy":
+            return  # TLS to the proxy itself: mitmproxy cannot do CONNECT over HTTP/2
         if ctx.options.http2 and b"h2" in data.context.client.alpn_offers:
             app = data.ssl_conn.get_app_data()
             app["client_alpn"] = b"h2"
@@ -163,9 +180,16 @@ class Replayer:
         req = flow.request
         t0 = req.timestamp_end or time.time()
         index = self.index
-        found = await asyncio.to_thread(
-            index.lookup, req.method, req.host, req.path, req.raw_content
-        )
+        try:
+            found = await asyncio.to_thread(
+                index.lookup, req.method, req.host, req.path, req.raw_content
+            )
+        except Exception as e:  # never forward what should have been replayed
+            log.exception("ssetape: replay lookup failed")
+            found = Miss(f"ssetape could not look this request up: {type(e).__name__}: {e}", [])
+            if ctx.options.ssetape_record_mode != "new_episodes":
+                self._answer_miss(flow, found, status=500)
+                return
         if isinstance(found, int):
             # The proxy accepts connections a moment before the timed server is up.
             await self.server_ready.wait()
@@ -174,6 +198,7 @@ class Replayer:
             req.headers["x-ssetape-exchange"] = str(found)
             req.headers["x-ssetape-t0"] = repr(t0)
             req.headers["x-ssetape-speed"] = repr(self.speed)
+            req.headers[TOKEN_HEADER] = self.token
             assert self.server_port is not None
             req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port
             return
@@ -182,7 +207,7 @@ class Replayer:
         self.misses += 1
         self._answer_miss(flow, found)
 
-    def _answer_miss(self, flow: http.HTTPFlow, miss: Miss) -> None:
+    def _answer_miss(self, flow: http.HTTPFlow, miss: Miss, status: int = 404) -> None:
         log.warning("ssetape: %s", miss.message)
         body = {
             "error": {
@@ -193,7 +218,7 @@ class Replayer:
             }
         }
         flow.response = http.Response.make(
-            404,
+            status,
             orjson.dumps(body, option=orjson.OPT_INDENT_2),
             {"content-type": "application/json", "x-ssetape-miss": "1"},
         )

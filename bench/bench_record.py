@@ -1,6 +1,6 @@
 """Recording overhead, side by side in one run: direct vs plain mitmdump vs `ssetape record`.
 
-    python bench/bench_record.py [--rounds 15] [--events 40]
+    python -m bench.bench_record [--rounds 5] [--events 40]
 
 Every target is a reverse proxy in front of the same simulator process (`ssetape simulate`).
 Latency: for each event, client arrival time minus the simulator's planned send time, both
@@ -13,7 +13,6 @@ for 1 stream and 20 concurrent streams.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import socket
 import statistics
@@ -22,8 +21,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -149,89 +148,64 @@ def throughput(base: str, streams: int, events: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per target")
     ap.add_argument("--events", type=int, default=40)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ssetape-bench-")
     sim_port, fast_port = free_port(), free_port()
     sim = [str(BIN / "ssetape"), "simulate", "--speed"]
-    rows: list[tuple[str, str, dict[str, float]]] = []
-    tput: dict[str, tuple[float, float]] = {}
-    with (
-        process([*sim, "1", "--port", str(sim_port)], sim_port),
-        process([*sim, "1000", "--port", str(fast_port)], fast_port),
-    ):
-        targets: list[tuple[str, Callable[[str, int], list[str]]]] = [
-            ("direct", lambda up, port: []),
-            (
-                "mitmdump",
-                lambda up, port: [
-                    str(BIN / "mitmdump"),
-                    "-q",
-                    "--mode",
-                    f"reverse:{up}",
-                    "--listen-host",
-                    "127.0.0.1",
-                    "--listen-port",
-                    str(port),
-                    "--set",
-                    "stream_large_bodies=1",
-                    "--set",
-                    f"confdir={tmp}/conf",
-                ],
-            ),
-            (
-                "ssetape record",
-                lambda up, port: [
-                    str(BIN / "ssetape"),
-                    "record",
-                    "--mode",
-                    f"reverse:{up}",
-                    "--port",
-                    str(port),
-                    "--db",
-                    f"{tmp}/bench-{port}.db",
-                    "--confdir",
-                    f"{tmp}/conf",
-                ],
-            ),
-        ]
-        for name, cmd in targets:
-            for up_port, label in ((sim_port, "latency"), (fast_port, "throughput")):
-                up = f"http://127.0.0.1:{up_port}"
-                port = free_port()
-                argv = cmd(up, port)
-                ctx = process(argv, port) if argv else contextmanager(lambda: iter([None]))()
-                base = f"http://127.0.0.1:{port}" if argv else up
-                with ctx:
-                    if label == "latency":
-                        for client in ("httpx", "openai SDK"):
-                            r = latency(base, args.rounds, args.events, client != "httpx")
-                            rows.append((name, client, r))
-                    else:
-                        throughput(base, 1, 200)  # warm-up
-                        tput[name] = (throughput(base, 1, 2000), throughput(base, 20, 500))
-                print(f"done: {name} {label}", file=sys.stderr)
 
-    print(
-        f"\n{args.rounds} rounds x {args.events} events, simulator speed 1 (ms, lateness "
-        "against the planned send time)\n"
-    )
+    def mitmdump(up: str, port: int) -> list[str]:
+        return [str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-host",
+                "127.0.0.1", "--listen-port", str(port), "--set", "stream_large_bodies=1",
+                "--set", f"confdir={tmp}/conf"]  # fmt: skip
+
+    def ssetape(up: str, port: int) -> list[str]:
+        return [str(BIN / "ssetape"), "record", "--mode", f"reverse:{up}", "--port", str(port),
+                "--db", f"{tmp}/bench-{port}.db", "--confdir", f"{tmp}/conf"]  # fmt: skip
+
+    names = ["direct", "mitmdump", "ssetape record"]
+    lat: dict[tuple[str, str], list[dict[str, float]]] = {}
+    tput: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    with ExitStack() as stack:
+        stack.enter_context(process([*sim, "1", "--port", str(sim_port)], sim_port))
+        stack.enter_context(process([*sim, "1000", "--port", str(fast_port)], fast_port))
+        bases: dict[tuple[str, str], str] = {}
+        for up_port, label in ((sim_port, "latency"), (fast_port, "throughput")):
+            up = f"http://127.0.0.1:{up_port}"
+            bases[("direct", label)] = up
+            for name, cmd in (("mitmdump", mitmdump), ("ssetape record", ssetape)):
+                port = free_port()
+                stack.enter_context(process(cmd(up, port), port))
+                bases[(name, label)] = f"http://127.0.0.1:{port}"
+        # Interleaved rounds: the machine's background noise hits every target alike.
+        for r in range(args.rounds):
+            for name in names:
+                for client in ("httpx", "openai SDK"):
+                    res = latency(bases[(name, "latency")], 3, args.events, client != "httpx")
+                    lat.setdefault((name, client), []).append(res)
+                base = bases[(name, "throughput")]
+                throughput(base, 1, 200)  # warm-up
+                tput[name].append((throughput(base, 1, 2000), throughput(base, 20, 200)))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    print(f"\n{args.rounds} interleaved rounds x 3 streams x {args.events} events, simulator "
+          "speed 1; lateness against the planned send time, ms (median of rounds)\n")  # fmt: skip
     print("| target | client | first event p50 | first p95 | per event p50 | per event p95 |")
     print("|---|---|---:|---:|---:|---:|")
-    for name, client, r in rows:
-        print(
-            f"| {name} | {client} | {r['first_p50']:.2f} | {r['first_p95']:.2f} | "
-            f"{r['event_p50']:.2f} | {r['event_p95']:.2f} |"
-        )
+    for (name, client), rs in lat.items():
+        cells = [med([r[k] for r in rs]) for k in ("first_p50", "first_p95", "event_p50",
+                                                   "event_p95")]  # fmt: skip
+        print(f"| {name} | {client} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     print("\n| target | events/s, 1 stream | events/s, 20 streams | vs mitmdump (1 / 20) |")
     print("|---|---:|---:|---:|")
-    base1, base20 = tput["mitmdump"]
-    for name, (one, twenty) in tput.items():
-        print(
-            f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / base1:.2f} / {twenty / base20:.2f} |"
-        )
-    os.environ.pop("SSETAPE_DB", None)
+    m1, m20 = med([t[0] for t in tput["mitmdump"]]), med([t[1] for t in tput["mitmdump"]])
+    for name in names:
+        one, twenty = med([t[0] for t in tput[name]]), med([t[1] for t in tput[name]])
+        print(f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / m1:.2f} / {twenty / m20:.2f} |")
 
 
 if __name__ == "__main__":

@@ -59,11 +59,13 @@ class Proc:
 def start_ssetape(
     args: list[str], *, db: str, env: dict[str, str] | None = None, timeout: float = 30
 ) -> Proc:
+    # From an empty folder, as a user would: nothing may depend on ./ssetape.db.
     proc = subprocess.Popen(
         [SSETAPE, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        cwd=Path(db).parent,
     )
     assert proc.stdout is not None
     output: list[bytes] = []

@@ -6,6 +6,7 @@ import os
 import secrets
 from collections.abc import Sequence
 
+import orjson
 from mitmproxy import exceptions
 from mitmproxy.addonmanager import Loader
 
@@ -55,7 +56,15 @@ def open_store(target: str, *, create: bool = True) -> Store:
 
 
 def redactor_for(store: Store, headers: Sequence[str], fields: Sequence[str]) -> Redactor:
-    """The store's redactor: its key lives in the store, so masks are stable per store."""
+    """The store's redactor: its key lives in the store, so masks are stable per store.
+
+    Fields redacted by any recording into this store stay redacted for every later user of
+    it (replay must mask incoming requests the same way to match them).
+    """
     check_paths("ssetape_redact_field", fields)
     key = store.get_or_create_setting("redaction_key", lambda: secrets.token_hex(32))
-    return Redactor(bytes.fromhex(key), headers=headers, fields=fields)
+    known = orjson.loads(store.setting("redact_fields") or "[]")
+    merged = sorted(set(known) | {f.strip() for f in fields})
+    if merged != known:
+        store.set_setting("redact_fields", orjson.dumps(merged).decode())
+    return Redactor(bytes.fromhex(key), headers=headers, fields=merged)

@@ -11,6 +11,7 @@ from typing import Any
 import click
 import orjson
 from rich.console import Console
+from sqlalchemy import make_url
 
 from ssetape.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.storage.store import Store, StoreError
@@ -87,7 +88,8 @@ def run_proxy(
             if mode == "regular"
             else f"point your client's base_url at http://{h}:{p}"
         )
-        click.echo(f"ssetape {what}: listening on http://{h}:{p} ({mode}); db {db}; {how}")
+        shown = make_url(db).render_as_string(hide_password=True) if "://" in db else db
+        click.echo(f"ssetape {what}: listening on http://{h}:{p} ({mode}); db {shown}; {how}")
         sys.stdout.flush()
 
     runner = ProxyRunner(

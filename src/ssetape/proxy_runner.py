@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import exceptions
+from mitmproxy.hooks import ConfigureHook
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
@@ -69,16 +70,24 @@ class ProxyRunner:
         if self.confdir:
             base["confdir"] = self.confdir
         opts = Options()
-        master = DumpMaster(opts, with_termlog=True, with_dumper=False)
-        self.master = master
-        master.addons.add(*self.addons)
-        if self.on_ready is not None:
-            master.addons.add(_Ready(self.on_ready))
         try:
-            # Addon-declared options exist only after addons.add(), hence one update here.
-            master.options.update(termlog_verbosity="warn", **base, **self.options)
+            # Deferred: addon options do not exist yet; each addon sees the real value on its
+            # first configure (no default database opened by mistake).
+            opts.update_defer(termlog_verbosity="warn", **base, **self.options)
             if self.sets:
-                master.options.set(*self.sets)
+                opts.set(*self.sets, defer=True)
+            master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+            self.master = master
+            master.addons.add(*self.addons)
+            # mitmproxy applies deferred values before an addon joins the chain, so it never
+            # hears of them: configure ours once with the options as they now stand.
+            everything = set(master.options.keys())
+            for addon in self.addons:
+                master.addons.invoke_addon_sync(addon, ConfigureHook(everything))
+            if self.on_ready is not None:
+                master.addons.add(_Ready(self.on_ready))
+            if opts.deferred:
+                raise exceptions.OptionsError(f"unknown option: {', '.join(opts.deferred)}")
         except exceptions.OptionsError as e:
             raise ProxyStartError(str(e)) from None
         loop = asyncio.get_running_loop()

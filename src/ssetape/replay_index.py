@@ -53,7 +53,10 @@ class ReplayIndex:
         self._by_fp: dict[str, list[int]] = {}
         self._entries: list[_Entry] = []
         self._served: dict[str, int] = {}
-        self._last_id = 0
+        self._indexed: set[int] = set()
+        # Everything below this id is final and indexed; above it, rows may still be
+        # recording (a slow stream begun before a fast one that finished).
+        self._floor = 0
         self._lock = threading.Lock()
 
     def _canonical(
@@ -69,6 +72,9 @@ class ReplayIndex:
             rows = s.execute(
                 select(
                     Exchange.id,
+                    Exchange.state,
+                    Exchange.status,
+                    Exchange.error,
                     Exchange.method,
                     Exchange.scheme,
                     Exchange.host,
@@ -76,19 +82,29 @@ class ReplayIndex:
                     Exchange.query,
                     Exchange.request_body,
                 )
-                .where(
-                    Exchange.id > self._last_id,
-                    Exchange.status.is_not(None),
-                    Exchange.state.in_(REPLAYABLE_STATES),
-                )
+                .where(Exchange.id > self._floor)
                 .order_by(Exchange.id)
             ).all()
-        for xid, method, scheme, host, path, query, body in rows:
+        floor = None
+        for xid, state, status, error, method, scheme, host, path, query, body in rows:
+            if state == "recording":
+                floor = xid - 1 if floor is None else floor
+                continue
+            if xid in self._indexed:
+                continue
+            self._indexed.add(xid)
+            # A stream whose capture failed has holes: serving it would not be faithful.
+            faithful = "capture failed" not in (error or "")
+            if state not in REPLAYABLE_STATES or status is None or not faithful:
+                continue
             canon = self._canonical(method, host, path, query, body)
-            self._by_fp.setdefault(fingerprint(canon), []).append(xid)
+            ids = self._by_fp.setdefault(fingerprint(canon), [])
+            ids.append(xid)
+            ids.sort()
             url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
             self._entries.append(_Entry(xid, f"{method} {url}", canon))
-            self._last_id = max(self._last_id, xid)
+        if rows:
+            self._floor = floor if floor is not None else rows[-1][0]
 
     def lookup(self, method: str, host: str, full_path: str, body: bytes | None) -> int | Miss:
         """The exchange id to serve, or why there is none. Runs in a worker thread."""

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import logging
 import os
 import sys
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ HOP_BY_HOP = frozenset(
     }
 )
 H_EXCHANGE, H_T0, H_SPEED = b"x-ssetape-exchange", b"x-ssetape-t0", b"x-ssetape-speed"
+H_TOKEN = b"x-ssetape-token"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class Script:
     pieces: tuple[tuple[float, bytes], ...]
     stream: bool
     complete: bool  # False: cut the connection after the last piece, as the recording ended
+    status: int
+    head_no_body: bytes  # for HEAD and bodiless statuses: the recorded headers, no framing
 
 
 def build_script(x: Exchange, events: list[Event], chunks: list[Chunk]) -> Script:
@@ -79,12 +84,14 @@ def build_script(x: Exchange, events: list[Event], chunks: list[Chunk]) -> Scrip
         body = x.response_body or b""
         pieces.append(((x.duration_us or x.ttfb_us or 0) / 1e6, body))
         headers.append(("content-length", str(len(body))))
-    reason = x.reason or ""
-    lines = [f"HTTP/1.1 {x.status} {reason}".rstrip()]
-    lines += [f"{k}: {v}" for k, v in headers]
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+    status = x.status or 502
+    first = f"HTTP/1.1 {status} {x.reason or ''}".rstrip()
+    recorded = [(k, v) for k, v in (x.response_headers or []) if k.lower() not in HOP_BY_HOP
+                or k.lower() == "content-length"]  # fmt: skip
     return Script(
-        head=head,
+        status=status,
+        head_no_body=_head(first, recorded),
+        head=_head(first, headers),
         ttfb=(x.ttfb_us or 0) / 1e6,
         pieces=tuple(pieces),
         stream=stream,
@@ -92,13 +99,24 @@ def build_script(x: Exchange, events: list[Event], chunks: list[Chunk]) -> Scrip
     )
 
 
+def _head(first: str, headers: list[tuple[str, str]]) -> bytes:
+    lines = [first, *(f"{k}: {v}" for k, v in headers)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+
+
 class TimedServer:
-    def __init__(self, store: Store, *, cache_size: int = 256) -> None:
+    def __init__(self, store: Store, token: str, *, cache_size: int = 256) -> None:
         self.store = store
+        self.token = token.encode()
         self._cache: OrderedDict[int, Script] = OrderedDict()
         self._cache_size = cache_size
+        self._lock = threading.Lock()  # loads run in executor threads
 
     def load(self, exchange_id: int) -> Script:
+        with self._lock:
+            return self._load(exchange_id)
+
+    def _load(self, exchange_id: int) -> Script:
         script = self._cache.get(exchange_id)
         if script is None:
             with self.store.Session() as s:
@@ -128,25 +146,31 @@ class TimedServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 headers = _parse_head(head)
                 await _discard_body(reader, headers)
-                if not await self._respond(writer, headers):
+                if not await self._respond(writer, head.split(b" ", 1)[0], headers):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
-    async def _respond(self, writer: asyncio.StreamWriter, headers: dict[bytes, bytes]) -> bool:
+    async def _respond(
+        self, writer: asyncio.StreamWriter, method: bytes, headers: dict[bytes, bytes]
+    ) -> bool:
         loop = asyncio.get_running_loop()
+        if not hmac.compare_digest(headers.get(H_TOKEN, b""), self.token):
+            _error(writer, 403, "ssetape timed server: not the proxy's request")
+            return True
         try:
-            script = await loop.run_in_executor(None, self.load, int(headers[H_EXCHANGE]))
+            xid = int(headers[H_EXCHANGE])
             t0 = float(headers[H_T0])
             speed = float(headers.get(H_SPEED, b"1"))
+            script = await loop.run_in_executor(None, self.load, xid)
         except (KeyError, ValueError, LookupError) as e:
-            msg = f"ssetape timed server: bad replay request: {e}".encode()
-            writer.write(
-                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: %d\r\n\r\n%s"
-                % (len(msg), msg)
-            )
+            _error(writer, 500, f"ssetape timed server: bad replay request: {e}")
+            return True
+        except Exception as e:  # the store failed: say so, keep serving
+            log.exception("ssetape timed server: cannot load a recording")
+            _error(writer, 503, f"ssetape timed server: cannot read the recording: {e}")
             return True
         # Deadlines are absolute (loop clock), so late wake-ups never add up.
         base = loop.time() - (time.time() - t0)
@@ -158,8 +182,16 @@ class TimedServer:
                     await asyncio.sleep(delay)
 
         await at(script.ttfb)
+        if method == b"HEAD" or script.status in (204, 304) or script.status < 200:
+            writer.write(script.head_no_body)
+            await writer.drain()
+            return True
         if not script.stream:
             await at(script.pieces[0][0])
+            if not script.complete:  # the body never fully arrived when recording
+                writer.write(script.head)
+                writer.transport.abort()
+                return False
             writer.write(script.head + script.pieces[0][1])
             await writer.drain()
             return True
@@ -174,6 +206,12 @@ class TimedServer:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+def _error(writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    body = message.encode()
+    writer.write(b"HTTP/1.1 %d Error\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s"
+                 % (status, len(body), body))  # fmt: skip
 
 
 def _parse_head(head: bytes) -> dict[bytes, bytes]:
@@ -203,7 +241,7 @@ async def serve(db: str, host: str, port: int) -> None:
     except StoreError as e:
         print(f"error {e}", flush=True)
         return
-    server = TimedServer(store)
+    server = TimedServer(store, os.environ.get("SSETAPE_REPLAY_TOKEN", ""))
     srv = await asyncio.start_server(server.handle, host, port)
     print(f"port {srv.sockets[0].getsockname()[1]}", flush=True)
     loop = asyncio.get_running_loop()

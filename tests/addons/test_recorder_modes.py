@@ -6,6 +6,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,3 +101,20 @@ def test_record_prints_its_address_and_exits_zero_on_sigint(tmp_path: Path) -> N
     assert LISTEN.search(p.log)
     p.proc.send_signal(signal.SIGINT)
     assert p.proc.wait(20) == 0
+
+
+def test_streams_flow_at_once_even_when_not_recording(
+    sim: Simulator, ssetape_proc: Callable[..., Proc]
+) -> None:
+    proc = ssetape_proc("record", "--mode", f"reverse:{sim.url}", "--set", "ssetape_record=false")
+    body = {"model": "sim-pause", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    with httpx.Client(timeout=30) as c:
+        t0 = time.perf_counter()
+        with c.stream("POST", proc.url + "/v1/chat/completions", json=body) as r:
+            first = None
+            for _ in r.iter_raw():
+                first = first or time.perf_counter() - t0
+            total = time.perf_counter() - t0
+    assert first is not None and total - first > 0.5  # the 0.75 s pause came after it
+    assert proc.stop() == 0
+    assert not Path(proc.db).exists()  # nothing recorded, nothing created
