@@ -228,9 +228,10 @@ class Replayer:
         if flow.metadata.get(REPLAYED) is not None and flow.response is not None:
             flow.response.stream = True
 
-    def done(self) -> None:
+    async def done(self) -> None:
         if self.server is not None and self.server.returncode is None:
             self.server.kill()
+            await self.server.wait()
         if self.store is not None:
             self.store.close()
             self.store = None

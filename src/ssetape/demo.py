@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
 from rich.console import Console
+from rich.table import Table
 
 from ssetape.addons.recorder import Recorder
 from ssetape.proxy_runner import ProxyRunner, ProxyStartError
+from ssetape.sse import SseParser
 from ssetape.storage.store import Store
 from ssetape.views import list_table, show_view
 
@@ -59,10 +63,24 @@ REQUESTS: list[tuple[str, str, dict[str, object]]] = [
 ]
 
 
-async def _record(db: str, sim_url: str, console: Console) -> None:
+async def _timed(client: httpx.AsyncClient, path: str, body: dict[str, object]) -> list[float]:
+    """Arrival time of each SSE block, in seconds after the request was sent."""
+    parser, times = SseParser(), []
+    t0 = time.perf_counter()
+    headers = {"authorization": "Bearer sk-demo-not-a-real-key"}
+    async with client.stream("POST", path, json=body, headers=headers) as r:
+        async for chunk in r.aiter_raw():
+            times += [time.perf_counter() - t0] * len(parser.feed(chunk))
+    return times + [time.perf_counter() - t0] * len(parser.close())
+
+
+async def _through_proxy(
+    addons: list[Any], db: str, sim_url: str
+) -> list[tuple[str, str, list[float]]]:
+    """Send every demo request through a proxy with these addons; the arrival times."""
     ready: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
     runner = ProxyRunner(
-        [Recorder()],
+        addons,
         mode=f"reverse:{sim_url}",
         port=0,
         options={"ssetape_db": db},
@@ -72,24 +90,41 @@ async def _record(db: str, sim_url: str, console: Console) -> None:
     await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
     if task.done():
         task.result()
-        return
+        return []
     host, port = ready.result()
+    out = []
     async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=30) as client:
         for label, path, body in REQUESTS:
-            headers = {"authorization": "Bearer sk-demo-not-a-real-key"}
-            async with client.stream("POST", path, json=body, headers=headers) as r:
-                n = 0
-                async for _ in r.aiter_bytes():
-                    n += 1
-            console.print(f"recorded [bold]{label}[/] ({path}): HTTP {r.status_code}, {n} chunks")
+            out.append((label, path, await _timed(client, path, body)))
     runner.shutdown()
     await task
+    return out
+
+
+def _fidelity(store: Store, replayed: list[tuple[str, str, list[float]]]) -> Table:
+    t = Table(title="recorded vs replayed (ms)", title_justify="left", box=None)
+    for col in ("stream", "events", "first event rec", "first event replay", "gap err mean",
+                "gap err max"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "stream" else "right")
+    rows = sorted(store.exchanges(), key=lambda x: x.id)
+    for x, (label, _, times) in zip(rows, replayed, strict=False):
+        rec = [e.offset_us / 1000 for e in store.events(x.id)]
+        got = [v * 1000 for v in times]
+        n = min(len(rec), len(got))
+        errs = [abs((got[i] - got[i - 1]) - (rec[i] - rec[i - 1])) for i in range(1, n)]
+        t.add_row(
+            label, f"{len(got)}/{len(rec)}", f"{rec[0]:.1f}" if rec else "-",
+            f"{got[0]:.1f}" if got else "-",
+            f"{sum(errs) / len(errs):.2f}" if errs else "-", f"{max(errs):.2f}" if errs else "-",
+        )  # fmt: skip
+    return t
 
 
 @click.command()
 @click.option("--db", default=None, help="Keep the recording in this database (default: temp).")
 def demo(db: str | None) -> None:
-    """Record a few streams from the built-in simulator and show them."""
+    """Record a few streams from the built-in simulator, show them, and replay them."""
+    from ssetape.addons.replayer import Replayer
     from ssetape.simulator import Simulator
 
     console = Console()
@@ -98,18 +133,24 @@ def demo(db: str | None) -> None:
         with Simulator(speed=2.0).serve_in_thread() as sim:
             console.print(f"simulated API at {sim.url}; recording through ssetape to {target}")
             try:
-                asyncio.run(_record(target, sim.url, console))
+                recorded = asyncio.run(_through_proxy([Recorder()], target, sim.url))
             except ProxyStartError as e:
                 raise click.ClickException(str(e)) from None
+            sim_url = sim.url
+        for label, path, times in recorded:
+            console.print(f"recorded [bold]{label}[/] ({path}): {len(times)} events")
         store = Store.open(target, create=False)
         try:
             rows = store.exchanges()
             console.print(list_table(rows))
             first = rows[-1]
             console.print(show_view(first, store.events(first.id)))
+            console.print(f"\nsimulator stopped; replaying {len(rows)} streams from the tape")
+            replayed = asyncio.run(_through_proxy([Replayer(), Recorder()], target, sim_url))
+            console.print(_fidelity(store, replayed))
         finally:
             store.close()
         console.print(
-            f"[bold]{len(rows)}[/] exchanges recorded. Try: ssetape record --port 8080, then "
-            "ssetape list / ssetape show ID."
+            f"[bold]{len(rows)}[/] exchanges recorded and replayed. Try: ssetape record --port "
+            "8080, then ssetape list / show ID, and ssetape replay --port 8080."
         )

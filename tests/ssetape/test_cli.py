@@ -108,5 +108,8 @@ def test_list_and_show_json(sim: Simulator, ssetape_proc: Callable[..., Proc]) -
 def test_demo_runs() -> None:
     r = run("demo")
     assert r.returncode == 0, r.stderr
-    assert "exchanges recorded" in r.stdout
-    assert "completed" in r.stdout
+    assert "5 exchanges recorded and replayed" in r.stdout
+    assert "completed" in r.stdout and "recorded vs replayed" in r.stdout
+    # every stream came back whole: "18/18"-style event counts only
+    counts = [w for w in r.stdout.split() if w.count("/") == 1 and w.replace("/", "").isdigit()]
+    assert len(counts) == 5 and all(a == b for a, b in (c.split("/") for c in counts))
