@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Sequence
 
-import orjson
 from mitmproxy import ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 from ssetape.addons.recorder import REPLAYED, Recorder
@@ -209,18 +208,8 @@ class Replayer:
 
     def _answer_miss(self, flow: http.HTTPFlow, miss: Miss, status: int = 404) -> None:
         log.warning("ssetape: %s", miss.message)
-        body = {
-            "error": {
-                "type": "ssetape_replay_miss",
-                "code": "ssetape_replay_miss",
-                "message": miss.message,
-                "nearest": miss.nearest,
-            }
-        }
         flow.response = http.Response.make(
-            status,
-            orjson.dumps(body, option=orjson.OPT_INDENT_2),
-            {"content-type": "application/json", "x-ssetape-miss": "1"},
+            status, miss.body(), {"content-type": "application/json", "x-ssetape-miss": "1"}
         )
         flow.metadata[REPLAYED] = None
 

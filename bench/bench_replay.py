@@ -2,6 +2,10 @@
 
     python bench/bench_replay.py [--events 40] [--concurrency 1,20,200]
 
+Targets: `ssetape replay` in reverse mode (record mode none: the direct replay server, no
+proxy in the data path), the same through mitmproxy (record mode new_episodes keeps the
+replayer addon and its timed server), and mitmproxy's own server replay.
+
 Records 20 distinct chat streams (40 events, ~20 ms apart, with jitter) from the simulator
 through `ssetape record` (and the same through `mitmdump -w` for mitmproxy's server replay),
 stops the simulator, then replays them with N concurrent clients (request i uses recording
@@ -139,6 +143,10 @@ def main() -> None:
         "ssetape replay": lambda port: [str(BIN / "ssetape"), "replay", "--db", str(db),
                                         "--port", str(port), "--mode", f"reverse:{up}",
                                         "--confdir", str(conf)],
+        # new_episodes may forward, so this one keeps mitmproxy in the data path.
+        "ssetape replay, via mitmproxy": lambda port: [
+            str(BIN / "ssetape"), "replay", "--db", str(db), "--port", str(port), "--mode",
+            f"reverse:{up}", "--confdir", str(conf), "--record-mode", "new_episodes"],
         "mitmdump --server-replay": lambda port: [
             str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-port", str(port),
             "--server-replay", str(flows), "--set", "server_replay_reuse=true",

@@ -11,14 +11,10 @@ from typing import Any
 import click
 import orjson
 from rich.console import Console
-from sqlalchemy import make_url
 
-from ssetape.proxy_runner import ProxyRunner, ProxyStartError
+from ssetape.proxy_commands import DEFAULT_CONFDIR, db_option, record, replay
 from ssetape.storage.store import Store, StoreError
 from ssetape.views import detail, list_table, show_view, summary
-
-DB_HELP = "SQLite file or SQLAlchemy URL (postgresql+psycopg://...). Env: SSETAPE_DB."
-DEFAULT_CONFDIR = "~/.mitmproxy"
 
 
 def _out(obj: Any) -> None:
@@ -32,226 +28,10 @@ def _open(db: str, *, create: bool = False) -> Store:
         raise click.ClickException(str(e)) from None
 
 
-def validate_mode(mode: str) -> str:
-    if mode == "regular":
-        return mode
-    kind, _, target = mode.partition(":")
-    if kind == "reverse" and target.startswith(("http://", "https://")) and len(target) > 8:
-        return mode
-    raise click.BadParameter(
-        f"{mode!r}: use 'regular' (forward proxy) or 'reverse:https://api.example.com'",
-        param_hint="--mode",
-    )
-
-
-confdir_option = click.option(
-    "--confdir",
-    default=DEFAULT_CONFDIR,
-    show_default=True,
-    help="mitmproxy's directory (CA certificate).",
-)
-set_option = click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="OPTION=VALUE",
-    help="Any mitmproxy option, e.g. --set ssl_insecure=true.",
-)
-db_option = click.option(
-    "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
-)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ssetape")
 def main() -> None:
     """Record and replay streaming LLM API traffic with the timing of every event."""
-
-
-def run_proxy(
-    addons: list[Any],
-    *,
-    what: str,
-    db: str,
-    mode: str,
-    host: str,
-    port: int,
-    confdir: str,
-    options: dict[str, Any],
-    sets: tuple[str, ...] = (),
-) -> None:
-    mode = validate_mode(mode)
-
-    def ready(h: str, p: int) -> None:
-        how = (
-            f"set HTTP_PROXY/HTTPS_PROXY=http://{h}:{p}"
-            if mode == "regular"
-            else f"point your client's base_url at http://{h}:{p}"
-        )
-        shown = make_url(db).render_as_string(hide_password=True) if "://" in db else db
-        click.echo(f"ssetape {what}: listening on http://{h}:{p} ({mode}); db {shown}; {how}")
-        sys.stdout.flush()
-
-    runner = ProxyRunner(
-        addons,
-        mode=mode,
-        host=host,
-        port=port,
-        confdir=confdir,
-        options=options,
-        sets=sets,
-        on_ready=ready,
-    )
-    try:
-        asyncio.run(runner.run())
-    except ProxyStartError as e:
-        raise click.ClickException(str(e)) from None
-    except OSError as e:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
-
-
-@main.command()
-@db_option
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address to listen on; anything but loopback exposes the proxy.",
-)
-@click.option(
-    "--mode",
-    default="regular",
-    show_default=True,
-    help="'regular' (forward proxy) or 'reverse:https://api.openai.com'.",
-)
-@click.option("--redact-header", multiple=True, help="Extra header to redact (repeatable).")
-@click.option(
-    "--redact-field",
-    multiple=True,
-    help="JSON body field to redact: dotted path or bare name (repeatable).",
-)
-@confdir_option
-@set_option
-def record(
-    db: str,
-    port: int,
-    host: str,
-    mode: str,
-    redact_header: tuple[str, ...],
-    redact_field: tuple[str, ...],
-    confdir: str,
-    sets: tuple[str, ...],
-) -> None:
-    """Run a recording proxy until Ctrl-C / SIGTERM."""
-    from ssetape.addons.recorder import Recorder
-
-    run_proxy(
-        [Recorder()],
-        what="record",
-        db=db,
-        mode=mode,
-        host=host,
-        port=port,
-        confdir=confdir,
-        options={
-            "ssetape_db": db,
-            "ssetape_redact_header": list(redact_header),
-            "ssetape_redact_field": list(redact_field),
-        },
-        sets=sets,
-    )
-
-
-@main.command()
-@db_option
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address to listen on; anything but loopback exposes the proxy.",
-)
-@click.option(
-    "--mode",
-    default="regular",
-    show_default=True,
-    help="'regular' (forward proxy) or 'reverse:https://api.openai.com'.",
-)
-@click.option(
-    "--speed",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="1 = recorded timing, 2 = twice as fast, 0 = no delays.",
-)
-@click.option(
-    "--record-mode",
-    default="none",
-    show_default=True,
-    type=click.Choice(["none", "once", "new_episodes", "all"]),
-    help="VCR.py's record modes: what to do with requests not on the tape.",
-)
-@click.option(
-    "--ignore-field",
-    multiple=True,
-    help="JSON body field (dotted path) to leave out of matching (repeatable).",
-)
-@click.option("--match-host/--no-match-host", default=True, show_default=True)
-@click.option(
-    "--repeat/--no-repeat",
-    default=True,
-    show_default=True,
-    help="Keep serving the last recording once all recordings of a request were served in order.",
-)
-@click.option("--redact-header", multiple=True, help="Extra header to redact (repeatable).")
-@click.option(
-    "--redact-field",
-    multiple=True,
-    help="JSON body field to redact: dotted path or bare name (repeatable).",
-)
-@confdir_option
-@set_option
-def replay(
-    db: str,
-    port: int,
-    host: str,
-    mode: str,
-    speed: float,
-    record_mode: str,
-    ignore_field: tuple[str, ...],
-    match_host: bool,
-    repeat: bool,
-    redact_header: tuple[str, ...],
-    redact_field: tuple[str, ...],
-    confdir: str,
-    sets: tuple[str, ...],
-) -> None:
-    """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
-    from ssetape.addons.recorder import Recorder
-    from ssetape.addons.replayer import Replayer
-
-    run_proxy(
-        [Replayer(), Recorder()],
-        what="replay",
-        db=db,
-        mode=mode,
-        host=host,
-        port=port,
-        confdir=confdir,
-        sets=sets,
-        options={
-            "ssetape_db": db,
-            "ssetape_speed": repr(speed),
-            "ssetape_record_mode": record_mode,
-            "ssetape_ignore_field": list(ignore_field),
-            "ssetape_match_host": match_host,
-            "ssetape_repeat": repeat,
-            "ssetape_redact_header": list(redact_header),
-            "ssetape_redact_field": list(redact_field),
-            "connection_strategy": "lazy",
-        },
-    )
 
 
 @main.command("list")
@@ -359,4 +139,6 @@ def ca(confdir: str, bundle: Path | None) -> None:
 
 from ssetape.demo import demo  # noqa: E402
 
+main.add_command(record)
+main.add_command(replay)
 main.add_command(demo)

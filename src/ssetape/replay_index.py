@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy import select
 
 from ssetape.matching import canonical_request, differences, fingerprint
@@ -26,6 +27,18 @@ NEAREST = 3
 class Miss:
     message: str
     nearest: list[dict[str, Any]]
+
+    def body(self) -> bytes:
+        """The JSON error a client gets, shaped like the APIs' own errors."""
+        doc = {
+            "error": {
+                "type": "ssetape_replay_miss",
+                "code": "ssetape_replay_miss",
+                "message": self.message,
+                "nearest": self.nearest,
+            }
+        }
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,34 +144,55 @@ class TimedServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                headers = _parse_head(head)
-                await _discard_body(reader, headers)
-                if not await self._respond(writer, head.split(b" ", 1)[0], headers):
+                request_line, headers = _parse_head(head)
+                body = await read_body(reader, headers)
+                if not await self.respond(writer, request_line, headers, body):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
-    async def _respond(
-        self, writer: asyncio.StreamWriter, method: bytes, headers: dict[bytes, bytes]
+    async def respond(
+        self,
+        writer: asyncio.StreamWriter,
+        request_line: list[bytes],
+        headers: dict[bytes, bytes],
+        body: bytes,
     ) -> bool:
-        loop = asyncio.get_running_loop()
+        """Serve one request re-targeted by the proxy; False to close the connection."""
         if not hmac.compare_digest(headers.get(H_TOKEN, b""), self.token):
-            _error(writer, 403, "ssetape timed server: not the proxy's request")
+            error_response(writer, 403, "ssetape timed server: not the proxy's request")
             return True
         try:
             xid = int(headers[H_EXCHANGE])
             t0 = float(headers[H_T0])
             speed = float(headers.get(H_SPEED, b"1"))
+        except (KeyError, ValueError) as e:
+            error_response(writer, 500, f"ssetape timed server: bad replay request: {e}")
+            return True
+        return await self.play_recording(writer, request_line[0], xid, t0, speed)
+
+    async def play_recording(
+        self, writer: asyncio.StreamWriter, method: bytes, xid: int, t0: float, speed: float
+    ) -> bool:
+        loop = asyncio.get_running_loop()
+        try:
             script = await loop.run_in_executor(None, self.load, xid)
-        except (KeyError, ValueError, LookupError) as e:
-            _error(writer, 500, f"ssetape timed server: bad replay request: {e}")
+        except LookupError as e:
+            error_response(writer, 500, f"ssetape timed server: {e}")
             return True
         except Exception as e:  # the store failed: say so, keep serving
             log.exception("ssetape timed server: cannot load a recording")
-            _error(writer, 503, f"ssetape timed server: cannot read the recording: {e}")
+            error_response(writer, 503, f"ssetape: cannot read the recording: {e}")
             return True
+        return await self.play(writer, method, script, t0, speed)
+
+    async def play(
+        self, writer: asyncio.StreamWriter, method: bytes, script: Script, t0: float, speed: float
+    ) -> bool:
+        """Write ``script`` with its recorded timing from ``t0`` (a ``time.time()`` value)."""
+        loop = asyncio.get_running_loop()
         # Deadlines are absolute (loop clock), so late wake-ups never add up.
         base = loop.time() - (time.time() - t0)
 
@@ -208,31 +229,41 @@ class TimedServer:
         return True
 
 
-def _error(writer: asyncio.StreamWriter, status: int, message: str) -> None:
-    body = message.encode()
-    writer.write(b"HTTP/1.1 %d Error\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s"
-                 % (status, len(body), body))  # fmt: skip
+def error_response(
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: str | bytes,
+    content_type: str = "text/plain",
+    extra: bytes = b"",
+) -> None:
+    data = body.encode() if isinstance(body, str) else body
+    writer.write(
+        b"HTTP/1.1 %d Error\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
+        % (status, content_type.encode(), len(data), extra, data)
+    )
 
 
-def _parse_head(head: bytes) -> dict[bytes, bytes]:
+def _parse_head(head: bytes) -> tuple[list[bytes], dict[bytes, bytes]]:
+    """(request line split in words, lower-cased header names -> values)."""
+    lines = head.split(b"\r\n")
     out: dict[bytes, bytes] = {}
-    for line in head.split(b"\r\n")[1:]:
+    for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if sep:
             out[name.strip().lower()] = value.strip()
-    return out
+    return lines[0].split(b" "), out
 
 
-async def _discard_body(reader: asyncio.StreamReader, headers: dict[bytes, bytes]) -> None:
+async def read_body(reader: asyncio.StreamReader, headers: dict[bytes, bytes]) -> bytes:
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+        parts = []
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            await reader.readexactly(size + 2)
-            if size == 0:
-                return
+            parts.append((await reader.readexactly(size + 2))[:-2])
+            if size == 0:  # no trailers: its CRLF was read with it
+                return b"".join(parts)
     n = int(headers.get(b"content-length", b"0") or 0)
-    if n:
-        await reader.readexactly(n)
+    return await reader.readexactly(n) if n else b""
 
 
 async def serve(db: str, host: str, port: int) -> None:
