@@ -189,6 +189,7 @@ class Replayer:
             if ctx.options.ssetape_record_mode != "new_episodes":
                 self._answer_miss(flow, found, status=500)
                 return
+        assert found is not None  # may_query was on
         if isinstance(found, int):
             # The proxy accepts connections a moment before the timed server is up.
             await self.server_ready.wait()

@@ -23,6 +23,7 @@ from ssetape.storage.store import Store
 from ssetape.timed_server import TimedServer, error_response
 
 log = logging.getLogger("ssetape.replay_front")
+INLINE_BODY = 64 * 1024
 
 
 class ReplayFront(TimedServer):
@@ -50,13 +51,22 @@ class ReplayFront(TimedServer):
         target = request_line[1].decode("latin-1")
         loop = asyncio.get_running_loop()
         try:
-            found = await loop.run_in_executor(
-                None, self.index.lookup, method, self.host, target, body or None
+            # Known requests with small bodies are matched right here; anything that needs
+            # the database or much hashing goes to a worker thread.
+            found = (
+                self.index.lookup(method, self.host, target, body or None, may_query=False)
+                if len(body) <= INLINE_BODY
+                else None
             )
+            if found is None:
+                found = await loop.run_in_executor(
+                    None, self.index.lookup, method, self.host, target, body or None
+                )
         except Exception as e:
             log.exception("ssetape: replay lookup failed")
             error_response(writer, 500, f"ssetape could not look this request up: {e}")
             return True
+        assert found is not None
         if isinstance(found, int):
             self.hits += 1
             return await self.play_recording(writer, request_line[0], found, t0, self.speed)

@@ -119,14 +119,28 @@ class ReplayIndex:
         if rows:
             self._floor = floor if floor is not None else rows[-1][0]
 
-    def lookup(self, method: str, host: str, full_path: str, body: bytes | None) -> int | Miss:
-        """The exchange id to serve, or why there is none. Runs in a worker thread."""
+    def lookup(
+        self,
+        method: str,
+        host: str,
+        full_path: str,
+        body: bytes | None,
+        *,
+        may_query: bool = True,
+    ) -> int | Miss | None:
+        """The exchange id to serve, or why there is none.
+
+        With ``may_query`` off it never touches the database (safe on an event loop) and
+        answers None where it would have to look for new recordings.
+        """
         path, _, raw_query = full_path.partition("?")
         query = self.redactor.query(raw_query)
         canon = self._canonical(method, host, path, query, self.redactor.body(body))
         fp = fingerprint(canon)
         with self._lock:
             if fp not in self._by_fp:
+                if not may_query:
+                    return None
                 self.refresh()
             ids = self._by_fp.get(fp)
             if ids:

@@ -79,6 +79,8 @@ def build_script(x: Exchange, events: list[Event], chunks: list[Chunk]) -> Scrip
                 pieces[-1] = (pieces[-1][0], pieces[-1][1] + data)
             else:
                 pieces.append((off / 1e6, data))
+        # Framed once here, not per replay.
+        pieces = [(off, b"%x\r\n%s\r\n" % (len(data), data)) for off, data in pieces if data]
         headers.append(("transfer-encoding", "chunked"))
     else:
         body = x.response_body or b""
@@ -146,7 +148,9 @@ class TimedServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 request_line, headers = _parse_head(head)
                 body = await read_body(reader, headers)
-                if not await self.respond(writer, request_line, headers, body):
+                keep = await self.respond(writer, request_line, headers, body)
+                if not keep or headers.get(b"connection", b"").lower() == b"close":
+                    await writer.drain()
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
@@ -178,7 +182,10 @@ class TimedServer:
     ) -> bool:
         loop = asyncio.get_running_loop()
         try:
-            script = await loop.run_in_executor(None, self.load, xid)
+            # A cached script needs no thread hop (a plain dict read is atomic).
+            script = self._cache.get(xid)
+            if script is None:
+                script = await loop.run_in_executor(None, self.load, xid)
         except LookupError as e:
             error_response(writer, 500, f"ssetape timed server: {e}")
             return True
@@ -216,17 +223,51 @@ class TimedServer:
             writer.write(script.head + script.pieces[0][1])
             await writer.drain()
             return True
-        writer.write(script.head)
-        for offset, data in script.pieces:
-            await at(offset)
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-            await writer.drain()
-        if not script.complete:
-            writer.transport.abort()  # the recording ended here: end the replay the same way
-            return False
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        return True
+        return await self._play_stream(writer.transport, script, base, speed)
+
+    async def _play_stream(
+        self, transport: asyncio.BaseTransport, script: Script, base: float, speed: float
+    ) -> bool:
+        """Every write is a timer callback at its absolute deadline: no coroutine per event,
+        nothing that can drift; writes due at the same moment go out as one."""
+        assert isinstance(transport, asyncio.WriteTransport)
+        loop = asyncio.get_running_loop()
+        plan: list[tuple[float, bytes]] = []
+        for offset, data in ((script.ttfb, script.head), *script.pieces):
+            when = base + offset / speed if speed > 0 else 0.0
+            if plan and when <= plan[-1][0]:  # the heap does not keep equal deadlines in order
+                plan[-1] = (plan[-1][0], plan[-1][1] + data)
+            else:
+                plan.append((when, data))
+        tail = b"0\r\n\r\n" if script.complete else b""
+        done: asyncio.Future[bool] = loop.create_future()
+        handles: list[asyncio.TimerHandle] = []
+
+        def emit(data: bytes, last: bool) -> None:
+            if transport.is_closing():  # the client left: stop writing to it
+                for h in handles:
+                    h.cancel()
+                if not done.done():
+                    done.set_result(False)
+                return
+            transport.write(data + tail if last else data)
+            if last:
+                if not script.complete:
+                    transport.abort()  # the recording ended here: end the replay the same way
+                done.set_result(script.complete)
+
+        if speed > 0:
+            handles += [
+                loop.call_at(when, emit, data, i == len(plan) - 1)
+                for i, (when, data) in enumerate(plan)
+            ]
+        else:
+            emit(b"".join(data for _, data in plan), True)
+        try:
+            return await done
+        finally:
+            for h in handles:
+                h.cancel()
 
 
 def error_response(
