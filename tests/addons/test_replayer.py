@@ -261,3 +261,23 @@ def test_https_forward_replay_without_any_upstream(
         r = c.post(base + "/v1/chat/completions", json=CHAT)
     assert r.status_code == 200 and r.content == recorded
     assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+
+
+def test_replay_honours_connection_close(ssetape_proc: Callable[..., Proc], db: str) -> None:
+    """An HTTP/1.1 client that asks to close (curl -H 'Connection: close', HTTP/1.0 tools)
+    gets the recording and then end-of-file, not a hang."""
+    import socket
+
+    upstream, [(_, raw, _)] = record(ssetape_proc, [("/v1/chat/completions", CHAT)], db)
+    proc = ssetape_proc("replay", "--speed", "0", "--mode", f"reverse:{upstream}", db=db)
+    host, port = proc.url.removeprefix("http://").split(":")
+    payload = orjson.dumps(CHAT)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
+        got = b""
+        while chunk := s.recv(65536):  # returns b"" at EOF; a hang would time out
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200") and raw[-20:] in got
