@@ -70,9 +70,18 @@ def run_proxy(
     host: str,
     port: int,
     confdir: str,
-    options: dict[str, Any],
-    sets: tuple[str, ...] = (),
+    sets: tuple[str, ...],
+    redact_header: tuple[str, ...],
+    redact_field: tuple[str, ...],
+    extra: dict[str, Any],
 ) -> None:
+    """Run mitmproxy with ``addons`` and the options of ``proxy_options`` plus ``extra``."""
+    options = {
+        "ssetape_db": db,
+        "ssetape_redact_header": list(redact_header),
+        "ssetape_redact_field": list(redact_field),
+        **extra,
+    }
     mode = validate_mode(mode)
 
     def ready(h: str, p: int) -> None:
@@ -104,34 +113,11 @@ def run_proxy(
 
 @click.command()
 @proxy_options
-def record(
-    db: str,
-    port: int,
-    host: str,
-    mode: str,
-    redact_header: tuple[str, ...],
-    redact_field: tuple[str, ...],
-    confdir: str,
-    sets: tuple[str, ...],
-) -> None:
+def record(**common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
     from ssetape.addons.recorder import Recorder
 
-    run_proxy(
-        [Recorder()],
-        what="record",
-        db=db,
-        mode=mode,
-        host=host,
-        port=port,
-        confdir=confdir,
-        options={
-            "ssetape_db": db,
-            "ssetape_redact_header": list(redact_header),
-            "ssetape_redact_field": list(redact_field),
-        },
-        sets=sets,
-    )
+    run_proxy([Recorder()], what="record", extra={}, **common)
 
 
 @click.command()
@@ -163,58 +149,36 @@ def record(
     help="Keep serving the last recording once all recordings of a request were served in order.",
 )
 def replay(
-    db: str,
-    port: int,
-    host: str,
-    mode: str,
     speed: float,
     record_mode: str,
     ignore_field: tuple[str, ...],
     match_host: bool,
     repeat: bool,
-    redact_header: tuple[str, ...],
-    redact_field: tuple[str, ...],
-    confdir: str,
-    sets: tuple[str, ...],
+    **common: Any,
 ) -> None:
     """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
     from ssetape.addons.recorder import Recorder
     from ssetape.addons.replayer import Replayer
 
-    if mode.startswith("reverse:") and not sets and _nothing_to_forward(db, record_mode):
+    db, mode = common["db"], common["mode"]
+    if mode.startswith("reverse:") and not common["sets"] and _nothing_to_forward(db, record_mode):
         _replay_direct(
-            db,
-            validate_mode(mode),
-            host,
-            port,
-            speed,
-            ignore_field,
-            match_host,
-            repeat,
-            redact_header,
-            redact_field,
-        )
+            db, validate_mode(mode), common["host"], common["port"], speed, ignore_field,
+            match_host, repeat, common["redact_header"], common["redact_field"],
+        )  # fmt: skip
         return
     run_proxy(
         [Replayer(), Recorder()],
         what="replay",
-        db=db,
-        mode=mode,
-        host=host,
-        port=port,
-        confdir=confdir,
-        sets=sets,
-        options={
-            "ssetape_db": db,
+        extra={
             "ssetape_speed": repr(speed),
             "ssetape_record_mode": record_mode,
             "ssetape_ignore_field": list(ignore_field),
             "ssetape_match_host": match_host,
             "ssetape_repeat": repeat,
-            "ssetape_redact_header": list(redact_header),
-            "ssetape_redact_field": list(redact_field),
             "connection_strategy": "lazy",
         },
+        **common,
     )
 
 
