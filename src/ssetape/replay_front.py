@@ -24,6 +24,7 @@ from ssetape.timed_server import TimedServer, error_response
 
 log = logging.getLogger("ssetape.replay_front")
 INLINE_BODY = 64 * 1024
+PRELOAD = 256  # recordings loaded at start (the timed server's cache size)
 
 
 class ReplayFront(TimedServer):
@@ -76,7 +77,8 @@ class ReplayFront(TimedServer):
         return True
 
     async def serve(self, host: str, port: int, on_ready: Callable[[str, int], None]) -> None:
-        server = await asyncio.start_server(self.handle, host, port)
+        # A burst of a few hundred clients must not overflow the default backlog (100).
+        server = await asyncio.start_server(self.handle, host, port, backlog=4096)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -115,6 +117,10 @@ def run_front(
         redactor = redactor_for(store, redact_headers, redact_fields)
         index = ReplayIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
         front = ReplayFront(store, index, upstream, speed)
+        # Load the tape before listening: the first burst of requests then pays nothing.
+        index.refresh()
+        for xid in index.recording_ids()[-PRELOAD:]:
+            front.load(xid)
         asyncio.run(front.serve(host, port, on_ready))
     finally:
         store.close()

@@ -119,6 +119,11 @@ class ReplayIndex:
         if rows:
             self._floor = floor if floor is not None else rows[-1][0]
 
+    def recording_ids(self) -> list[int]:
+        """Every replayable recording indexed so far, oldest first."""
+        with self._lock:
+            return sorted(xid for ids in self._by_fp.values() for xid in ids)
+
     def lookup(
         self,
         method: str,

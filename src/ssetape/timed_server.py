@@ -314,7 +314,7 @@ async def serve(db: str, host: str, port: int) -> None:
         print(f"error {e}", flush=True)
         return
     server = TimedServer(store, os.environ.get("SSETAPE_REPLAY_TOKEN", ""))
-    srv = await asyncio.start_server(server.handle, host, port)
+    srv = await asyncio.start_server(server.handle, host, port, backlog=4096)
     print(f"port {srv.sockets[0].getsockname()[1]}", flush=True)
     loop = asyncio.get_running_loop()
     # Exit with the parent: its end of our stdin closes when it goes away.
