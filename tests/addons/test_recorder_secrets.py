@@ -15,7 +15,8 @@ from ssetape.simulator import Simulator
 from tests.conftest import SSETAPE, Proc
 
 OPENAI_KEY = "sk-proj-SECRETopenaiKEY0123456789abcdef"
-ANTHROPIC_KEY = "sk-ant-api03-SECRETanthropicKEY0123456789"
+# Split so that secret scanners do not take the fake key for a real one.
+ANTHROPIC_KEY = "sk-" + "ant-api03-SECRETanthropicKEY0123456789"
 AZURE_KEY = "azureSECRETkey0123456789"
 BODY_SECRET = "user-token-SECRET-42"
 COOKIE = "session=SECRETcookie99"
