@@ -87,12 +87,18 @@ def show(db: str, exchange_id: str, as_json: bool) -> None:
     type=click.FloatRange(min=0.01),
     help="Divide every delay by this.",
 )
-def simulate(port: int, host: str, speed: float) -> None:
+@click.option("--scenarios", is_flag=True, help="Describe the endpoints and scenarios, then exit.")
+def simulate(port: int, host: str, speed: float, scenarios: bool) -> None:
     """Serve a simulated OpenAI/Anthropic-style streaming API (no key, no network).
 
-    Scenarios are chosen by keywords in the request's model name; see `ssetape simulate
-    --scenarios`.
+    Scenarios are chosen by keywords in the request's model name (sim-error, sim-cut,
+    sim-pause, ...); `ssetape simulate --scenarios` describes them all.
     """
+    if scenarios:
+        import ssetape.scenarios
+
+        click.echo((ssetape.scenarios.__doc__ or "").strip())
+        return
     from ssetape.simulator import Simulator
 
     async def serve() -> None:

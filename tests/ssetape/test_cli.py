@@ -113,3 +113,10 @@ def test_demo_runs() -> None:
     # every stream came back whole: "18/18"-style event counts only
     counts = [w for w in r.stdout.split() if w.count("/") == 1 and w.replace("/", "").isdigit()]
     assert len(counts) == 5 and all(a == b for a, b in (c.split("/") for c in counts))
+
+
+def test_simulate_describes_its_scenarios() -> None:
+    r = run("simulate", "--scenarios")
+    assert r.returncode == 0
+    for keyword in ("error", "cut", "pause", "refusal", "gzip", "chat/completions", "messages"):
+        assert keyword in r.stdout
