@@ -13,16 +13,19 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
+from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
 from ssetape.addon_options import add_store_options, open_store, redactor_for
 from ssetape.capture import Capture
+from ssetape.indexer import Indexer
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.redactor import Redactor
 
@@ -55,16 +58,25 @@ def end_state(msg: str, has_response: bool) -> str:
     return "truncated" if has_response else "failed"
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 class Recorder:
     def __init__(self) -> None:
         self.store: Store | None = None
         self.writer: Writer | None = None
+        self.reporter: RunReporter | None = None
         self.redactor: Redactor | None = None
         self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
         self.inflight: dict[str, http.HTTPFlow] = {}
         self.captures: dict[str, Capture] = {}
         self.capture_failures = 0
         self.hook_failures = 0
+        # The counts line logged when the recorder stops; ``exit_warned``: it was a warning
+        # (something was lost), so `ssetape record` need not print it again.
+        self.exit_line: str | None = None
+        self.exit_warned = False
 
     def load(self, loader: Loader) -> None:
         add_store_options(loader)
@@ -74,6 +86,13 @@ class Recorder:
             True,
             "Record exchanges that pass through the proxy (off: pass traffic through untouched).",
         )
+        loader.add_option(
+            "ssetape_max_pending",
+            int,
+            1_000_000,
+            "Rows kept in memory while the store is slow or unavailable; beyond that new "
+            "events are dropped (and counted) instead of growing the proxy's memory.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if not ctx.options.ssetape_record:
@@ -81,8 +100,19 @@ class Recorder:
         if self.store is None or "ssetape_db" in updated:
             self._close()
             self.store = open_store(ctx.options.ssetape_db)
-            self.writer = Writer(self.store)
+            # Stream knowledge is derived in the writer's thread, off the event loop.
+            self.writer = Writer(
+                self.store,
+                on_finished=Indexer(self.store).index,
+                max_pending=max(1, ctx.options.ssetape_max_pending),
+            )
             self.writer.start()
+            self.reporter = RunReporter(
+                Runs(self.store), self.recorder_id, self._counts_of(self.writer)
+            )
+            # Beside the replayer, a replay-only session must leave its tape untouched:
+            # the run row appears with the first recorded exchange.
+            self.reporter.start(active="ssetape_record_mode" not in ctx.options)
             self.redactor = None
             log.info("ssetape: recording to %s", self.store.url)
         if self.redactor is None or updated & {"ssetape_redact_header", "ssetape_redact_field"}:
@@ -111,6 +141,8 @@ class Recorder:
         flow.metadata[META] = {"uid": uid, "t0": t0}
         self.inflight[uid] = flow
         self.writer.begin(uid, **fields)
+        if self.reporter is not None:
+            self.reporter.activate()
 
     def _request_fields(self, flow: http.HTTPFlow, t0: float) -> dict[str, Any]:
         assert self.redactor is not None
@@ -204,23 +236,60 @@ class Recorder:
             self._finish(flow, "interrupted", "recorder stopped before the exchange ended")
         self._close()
 
+    def _counts_of(self, writer: Writer) -> Callable[[], RunCounts]:
+        def counts() -> RunCounts:  # called in the reporter's thread
+            st = writer.stats
+            return RunCounts(
+                exchanges_recorded=st.exchanges,
+                events_recorded=st.events,
+                # Requests the recorder failed on, plus exchange rows the writer dropped
+                # (WriterStats.dropped_exchanges, where the writer counts them).
+                exchanges_lost=self.hook_failures + getattr(st, "dropped_exchanges", 0),
+                events_lost=st.dropped_events,
+                store_errors=st.failed_batches,
+                last_error=st.last_error,
+            )
+
+        return counts
+
     def _close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            st = self.writer.stats
-            if st.dropped_events or st.failed_batches or self.capture_failures:
-                log.warning(
-                    "ssetape: %d events could not be stored, %d failed batches, "
-                    "%d streams not parsed, %d requests not recorded",
-                    st.dropped_events,
-                    st.failed_batches,
-                    self.capture_failures,
-                    self.hook_failures,
-                )
+            saved = True
+            if self.reporter is not None:
+                # After the writer: the final counts include what it gave up on.
+                saved = self.reporter.stop() or not self.reporter.active
+            self._log_counts(self._counts_of(self.writer)(), saved)
             self.writer = None
+            self.reporter = None
         if self.store is not None:
             self.store.close()
             self.store = None
+
+    def _log_counts(self, c: RunCounts, saved: bool) -> None:
+        """One line with what was stored and lost: a warning if anything was lost."""
+        parts = [
+            f"ssetape: {_n(c.events_recorded, 'event')} in "
+            f"{_n(c.exchanges_recorded, 'exchange')} stored"
+        ]
+        bad = c.events_lost or c.exchanges_lost or c.store_errors or self.capture_failures
+        if bad:
+            parts.append(
+                f"{_n(c.events_lost, 'event')} and {_n(c.exchanges_lost, 'exchange')} lost"
+            )
+            if self.capture_failures:
+                parts.append(f"{_n(self.capture_failures, 'stream')} not parsed")
+            if c.store_errors:
+                parts.append(f"{_n(c.store_errors, 'failed write')} (last: {c.last_error})")
+        elif self.reporter is not None and not self.reporter.active:
+            return  # beside the replayer, nothing was recorded: nothing to report
+        else:
+            parts.append("none lost")
+        if not saved and self.reporter is not None:
+            parts.append(f"counts not saved to the store ({self.reporter.last_failure})")
+        self.exit_line = ", ".join(parts)
+        self.exit_warned = bool(bad) or not saved
+        log.log(logging.WARNING if self.exit_warned else logging.INFO, self.exit_line)
 
 
 addons = [Recorder()]

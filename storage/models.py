@@ -15,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Integer,
     LargeBinary,
@@ -113,6 +114,25 @@ class Exchange(Base):
     event_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     recorder: Mapped[str | None] = mapped_column(String)
 
+    # Stream knowledge (migration 0002), derived by ssetape.indexer from the
+    # events; all NULL until analysed (`ssetape reindex` fills old rows).
+    api: Mapped[str | None] = mapped_column(String(32), index=True)
+    model: Mapped[str | None] = mapped_column(String, index=True)
+    outcome: Mapped[str | None] = mapped_column(String(32), index=True)
+    outcome_reason: Mapped[str | None] = mapped_column(Text)
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    total_tokens: Mapped[int | None] = mapped_column(Integer)
+    ttft_us: Mapped[int | None] = mapped_column(BigInteger)
+    gap_median_us: Mapped[int | None] = mapped_column(BigInteger)
+    gap_p95_us: Mapped[int | None] = mapped_column(BigInteger)
+    gap_max_us: Mapped[int | None] = mapped_column(BigInteger)
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    output_text: Mapped[str | None] = mapped_column(Text)
+    # refusal_text, reasoning_text, tool_calls: shown, rarely filtered on.
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    analysis_version: Mapped[int | None] = mapped_column(Integer)
+
     events: Mapped[list[Event]] = relationship(
         back_populates="exchange",
         order_by="Event.seq",
@@ -122,6 +142,12 @@ class Exchange(Base):
     chunks: Mapped[list[Chunk]] = relationship(
         back_populates="exchange",
         order_by="Chunk.seq",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+    )
+    findings: Mapped[list[Finding]] = relationship(
+        back_populates="exchange",
+        order_by="Finding.n",
         cascade="all, delete-orphan",
         passive_deletes=True,
     )
@@ -191,3 +217,44 @@ class Setting(Base):
     def __repr__(self) -> str:
         # Values can be secrets (the redaction key): keep them out of reprs.
         return f"Setting(key={self.key!r})"
+
+
+class Finding(Base):
+    """A protocol finding about one exchange's stream, with the event that caused it."""
+
+    __tablename__ = "findings"
+
+    exchange_id: Mapped[int] = mapped_column(
+        _Id, ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    n: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    code: Mapped[str] = mapped_column(String(64), index=True)
+    event_seq: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[str] = mapped_column(Text)
+
+    exchange: Mapped[Exchange] = relationship(back_populates="findings")
+
+    def __repr__(self) -> str:
+        return (
+            f"Finding(exchange_id={self.exchange_id!r}, code={self.code!r}, seq={self.event_seq!r})"
+        )
+
+
+class RecorderRun(Base):
+    """One recorder process's counters, so losses stay visible after it exits."""
+
+    __tablename__ = "recorder_runs"
+
+    recorder: Mapped[str] = mapped_column(String(255), primary_key=True)
+    started_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    stopped_at: Mapped[dt.datetime | None]
+    exchanges_recorded: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    events_recorded: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    exchanges_lost: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    events_lost: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    store_errors: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    def __repr__(self) -> str:
+        return f"RecorderRun(recorder={self.recorder!r}, events_lost={self.events_lost!r})"

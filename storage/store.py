@@ -19,7 +19,7 @@ import orjson
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, inspect, select, text, update
+from sqlalchemy import Engine, Select, create_engine, event, inspect, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, make_url
@@ -358,13 +358,23 @@ class Store:
 
     # -- queries ---------------------------------------------------------------
 
-    def exchanges(self, *, limit: int | None = None, order_desc: bool = True) -> list[Exchange]:
-        """Exchanges by start time (newest first unless ``order_desc=False``)."""
+    def exchanges(
+        self,
+        *,
+        limit: int | None = None,
+        order_desc: bool = True,
+        where: Callable[[Select[Any]], Select[Any]] | None = None,
+    ) -> list[Exchange]:
+        """Exchanges by start time (newest first unless ``order_desc=False``).
+
+        ``where`` narrows the query (see ssetape.filters)."""
         if order_desc:
             order = (Exchange.started_at.desc(), Exchange.id.desc())
         else:
             order = (Exchange.started_at.asc(), Exchange.id.asc())
         stmt = select(Exchange).order_by(*order)
+        if where is not None:
+            stmt = where(stmt)
         if limit is not None:
             stmt = stmt.limit(limit)
         with self.Session() as s:

@@ -12,9 +12,12 @@ import click
 import orjson
 from rich.console import Console
 
+from ssetape.files import write_private
+from ssetape.filters import Filters
+from ssetape.indexer import Indexer
 from ssetape.proxy_commands import DEFAULT_CONFDIR, db_option, record, replay
 from ssetape.storage.store import Store, StoreError
-from ssetape.views import detail, list_table, show_view, summary
+from ssetape.views import detail, list_table, show_view, summary, timeline_of
 
 
 def _out(obj: Any) -> None:
@@ -38,15 +41,17 @@ def main() -> None:
 @db_option
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
-def list_cmd(db: str, limit: int, as_json: bool) -> None:
+@Filters.options
+def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
     """List recorded exchanges, newest first."""
     store = _open(db)
     try:
-        rows = store.exchanges(limit=limit)
+        rows = store.exchanges(limit=limit, where=Filters.pop(filters).apply)
         if as_json:
             _out([summary(x) for x in rows])
         else:
-            Console().print(list_table(rows))
+            console = Console()
+            console.print(list_table(rows, console.width))
     finally:
         store.close()
 
@@ -58,7 +63,14 @@ main.add_command(list_cmd, "ls")
 @db_option
 @click.argument("exchange_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def show(db: str, exchange_id: str, as_json: bool) -> None:
+@click.option("--timeline", is_flag=True, help="Draw when each event came, instead of the events.")
+@click.option(
+    "--svg",
+    "svg_file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Save the timeline as an SVG image (for a bug report).",
+)
+def show(db: str, exchange_id: str, as_json: bool, timeline: bool, svg_file: Path | None) -> None:
     """Show one exchange: redacted headers, bodies, every event with its offset."""
     store = _open(db)
     try:
@@ -69,10 +81,19 @@ def show(db: str, exchange_id: str, as_json: bool) -> None:
                 f"no exchange {exchange_id} in {store.url} (see ssetape list)"
             )
         events = store.events(x.id)
+        findings = Indexer(store).findings(x.id)
+        if timeline or svg_file:
+            chart = timeline_of(x, events)
+            if svg_file:
+                write_private(svg_file, chart.svg().encode())
+                click.echo(f"timeline of #{x.id} ({len(events)} events) written to {svg_file}")
+            if timeline:
+                Console().print(chart.render(width=Console().width))
+            return
         if as_json:
-            _out(detail(x, events))
+            _out(detail(x, events, findings))
         else:
-            Console().print(show_view(x, events))
+            Console().print(show_view(x, events, findings))
     finally:
         store.close()
 
@@ -143,8 +164,14 @@ def ca(confdir: str, bundle: Path | None) -> None:
         click.echo(f"bundle (system roots + CA) written to {bundle}")
 
 
+from ssetape.audit_commands import reindex, stats  # noqa: E402
+from ssetape.cassette_commands import export_cmd, import_cmd  # noqa: E402
 from ssetape.demo import demo  # noqa: E402
 
+main.add_command(stats)
+main.add_command(reindex)
 main.add_command(record)
 main.add_command(replay)
 main.add_command(demo)
+main.add_command(export_cmd)
+main.add_command(import_cmd)

@@ -14,8 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ssetape.addons.recorder import Recorder
+from ssetape.filters import Filters
+from ssetape.indexer import Indexer
 from ssetape.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.sse import SseParser
+from ssetape.stats import Stats
 from ssetape.storage.store import Store
 from ssetape.views import list_table, show_view
 
@@ -96,6 +99,7 @@ async def _through_proxy(
     async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=30) as client:
         for label, path, body in REQUESTS:
             out.append((label, path, await _timed(client, path, body)))
+    await runner.idle()
     runner.shutdown()
     await task
     return out
@@ -144,7 +148,10 @@ def demo(db: str | None) -> None:
             rows = store.exchanges()
             console.print(list_table(rows))
             first = rows[-1]
-            console.print(show_view(first, store.events(first.id)))
+            console.print(
+                show_view(first, store.events(first.id), Indexer(store).findings(first.id))
+            )
+            console.print(Stats.table(Stats(store).groups("api", Filters()), "api"))
             console.print(f"\nsimulator stopped; replaying {len(rows)} streams from the tape")
             replayed = asyncio.run(_through_proxy([Replayer(), Recorder()], target, sim_url))
             console.print(_fidelity(store, replayed))

@@ -117,7 +117,11 @@ def record(**common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
     from ssetape.addons.recorder import Recorder
 
-    run_proxy([Recorder()], what="record", extra={}, **common)
+    recorder = Recorder()
+    run_proxy([recorder], what="record", extra={}, **common)
+    # A warning (something lost) was already logged; the clean count is for the user too.
+    if recorder.exit_line and not recorder.exit_warned:
+        click.echo(recorder.exit_line)
 
 
 @click.command()

@@ -97,6 +97,16 @@ class ProxyRunner:
                 loop.add_signal_handler(sig, master.shutdown)
         await master.run()
 
+    async def idle(self, timeout: float = 2.0) -> None:
+        """Wait (bounded) until no client connection is open: stopping the master while a
+        handler still runs makes asyncio print the cancelled task's traceback."""
+        if self.master is None:
+            return
+        server = self.master.addons.get("proxyserver")
+        deadline = asyncio.get_running_loop().time() + timeout
+        while server.connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+
     def shutdown(self) -> None:
         if self.master is not None:
             self.master.shutdown()

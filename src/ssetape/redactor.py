@@ -33,6 +33,23 @@ DEFAULT_QUERY_PARAMS = frozenset({"key", "api_key", "api-key", "apikey", "access
 
 _AUTH_SCHEME = re.compile(r"^(Bearer|Basic|Token|Digest)\s+", re.IGNORECASE)
 _MASK = re.compile(r"<redacted:[0-9a-f]{12}>")
+KEY_FREE_MASK = "<redacted>"
+
+
+def unmask(node: Any) -> Any:
+    """``node`` with every mask replaced by one key-free placeholder.
+
+    Masks are keyed per store, so a recording imported from a cassette (masked with the
+    recording machine's key) would never match a request masked here. Matching compares
+    "a secret was here" instead; which secret it was can never matter for replay.
+    """
+    if isinstance(node, str):
+        return KEY_FREE_MASK if _MASK.fullmatch(node) else node
+    if isinstance(node, dict):
+        return {k: unmask(v) for k, v in node.items()}
+    if isinstance(node, list | tuple):
+        return type(node)(unmask(v) for v in node)
+    return node
 
 
 class Redactor:

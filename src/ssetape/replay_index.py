@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy import select
 
 from ssetape.matching import canonical_request, differences, fingerprint
-from ssetape.redactor import Redactor
+from ssetape.redactor import Redactor, unmask
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
 
@@ -75,9 +75,10 @@ class ReplayIndex:
     def _canonical(
         self, method: str, host: str, path: str, query: str, body: bytes | None
     ) -> dict[str, Any]:
-        return canonical_request(
+        canon = canonical_request(
             method, host, path, query, body, ignore=self.ignore, match_host=self.match_host
         )
+        return unmask(canon)  # type: ignore[no-any-return]
 
     def refresh(self) -> None:
         """Add recordings made since the last refresh (new_episodes, other recorders)."""

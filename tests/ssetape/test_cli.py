@@ -111,7 +111,8 @@ def test_demo_runs() -> None:
     assert "5 exchanges recorded and replayed" in r.stdout
     assert "completed" in r.stdout and "recorded vs replayed" in r.stdout
     # every stream came back whole: "18/18"-style event counts only
-    counts = [w for w in r.stdout.split() if w.count("/") == 1 and w.replace("/", "").isdigit()]
+    fidelity = r.stdout.split("recorded vs replayed")[1]
+    counts = [w for w in fidelity.split() if w.count("/") == 1 and w.replace("/", "").isdigit()]
     assert len(counts) == 5 and all(a == b for a, b in (c.split("/") for c in counts))
 
 

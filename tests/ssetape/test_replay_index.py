@@ -58,3 +58,24 @@ def test_binary_bodies_match_by_content(tmp_path: Path) -> None:
     assert isinstance(miss, Miss) and "body.sha256" in miss.message
     w.close()
     store.close()
+
+
+def test_secrets_masked_with_another_stores_key_still_match(tmp_path: Path) -> None:
+    """A cassette recorded elsewhere was masked with that machine's key: what matters for
+    replay is that a secret was there, not which key masked it."""
+    store = Store.open(str(tmp_path / "t.db"))
+    elsewhere = Redactor(b"key on the recording machine", fields=["user_token"])
+    w = Writer(store)
+    w.start()
+    recorded = elsewhere.body(b'{"q": "hi", "user_token": "s3cret"}')
+    assert recorded is not None and b"s3cret" not in recorded
+    begin(w, "d" * 32, recorded)
+    w.finish("d" * 32, state="completed", status=200)
+    assert w.flush()
+    here = Redactor(b"key of this store", fields=["user_token"])
+    index = ReplayIndex(store, here)
+    assert index.lookup("POST", "api.example", "/v1/x", b'{"q": "hi", "user_token": "other"}') == 1
+    miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "bye", "user_token": "s3cret"}')
+    assert isinstance(miss, Miss) and "body.q" in miss.message
+    w.close()
+    store.close()

@@ -22,7 +22,16 @@ from ssetape.storage.models import Base, Chunk, Event, Exchange
 from ssetape.storage.store import Store, StoreError
 
 Fields = Callable[..., dict[str, Any]]
-TABLES = {"exchanges", "events", "chunks", "settings", "alembic_version"}
+TABLES = {
+    "exchanges",
+    "events",
+    "chunks",
+    "settings",
+    "findings",
+    "recorder_runs",
+    "alembic_version",
+}
+HEAD = "0002"  # the newest revision in migrations/versions
 
 
 def revision(store: Store) -> list[str]:
@@ -44,10 +53,10 @@ def add_exchange(store: Store, fields: Fields, uid: str, **overrides: Any) -> in
 def test_open_migrates_new_database_and_reopens_idempotently(store_url: str) -> None:
     with Store.open(store_url) as store:
         assert set(inspect(store.engine).get_table_names()) >= TABLES
-        assert revision(store) == ["0001"]
+        assert revision(store) == [HEAD]
         assert store.is_sqlite == store_url.startswith("sqlite")
     with Store.open(store_url) as again:
-        assert revision(again) == ["0001"]
+        assert revision(again) == [HEAD]
 
 
 def test_concurrent_opens_of_a_fresh_database_all_succeed(store_url: str) -> None:
@@ -57,7 +66,7 @@ def test_concurrent_opens_of_a_fresh_database_all_succeed(store_url: str) -> Non
             return revision(s)
 
     with ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(open_close, range(4))) == [["0001"]] * 4
+        assert list(pool.map(open_close, range(4))) == [[HEAD]] * 4
 
 
 def test_newer_schema_revision_is_refused_without_touching_the_file(tmp_path: Path) -> None:
@@ -70,7 +79,7 @@ def test_newer_schema_revision_is_refused_without_touching_the_file(tmp_path: Pa
     with pytest.raises(StoreError) as err:
         Store.open(str(path))
     assert str(err.value) == (
-        "database schema revision 9999 is newer than this ssetape knows (head 0001): "
+        f"database schema revision 9999 is newer than this ssetape knows (head {HEAD}): "
         "upgrade ssetape"
     )
     assert path.read_bytes() == before

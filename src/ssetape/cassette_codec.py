@@ -1,0 +1,159 @@
+"""How the rows of one table travel in a cassette line, column by column.
+
+Columns are taken from the SQLAlchemy table, not listed here, so columns added to the store
+travel without changes to this code: each gets a kind from its Python type (bytes, datetime,
+bool, int, float, str, or json for anything else) and is required when it is NOT NULL without
+a default. Bytes are text when valid UTF-8, else ``{"b64": "..."}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from typing import Any, NamedTuple, cast
+
+import orjson
+from sqlalchemy import Column, Table, TypeDecorator
+
+from ssetape.storage.models import Chunk, Event, Exchange
+
+TABLES = {
+    "exchange": cast(Table, Exchange.__table__),
+    "event": cast(Table, Event.__table__),
+    "chunk": cast(Table, Chunk.__table__),
+}
+# Ids are the store's own and never leave it.
+_SKIP = {"exchange": {"id"}, "event": {"exchange_id"}, "chunk": {"exchange_id"}}
+_KINDS: list[tuple[type, str]] = [
+    (bytes, "bytes"), (dt.datetime, "datetime"), (bool, "bool"), (int, "int"), (float, "float"),
+    (str, "str"),
+]  # fmt: skip
+_KIND_NAMES = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}
+_CHECKS = {
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+}
+
+
+class CassetteError(ValueError):
+    """Malformed, oversized or unsupported cassette input; the message is one line."""
+
+
+class _Column(NamedTuple):
+    name: str
+    kind: str
+    nullable: bool
+    required: bool
+
+
+def _column(col: Column[Any]) -> _Column:
+    typ: Any = col.type
+    if isinstance(typ, TypeDecorator):  # e.g. UTCDateTime: what it stores is its impl's type
+        typ = typ.impl_instance
+    try:
+        py: type = typ.python_type
+    except NotImplementedError:
+        py = object
+    kind = next((k for t, k in _KINDS if issubclass(py, t)), "json")
+    has_default = col.default is not None or col.server_default is not None
+    return _Column(col.name, kind, bool(col.nullable), not col.nullable and not has_default)
+
+
+def encode_bytes(value: bytes) -> str | dict[str, str]:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def short(value: Any) -> str:
+    """A value as it may appear in an error message: JSON, at most 40 characters."""
+    try:
+        text = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class CassetteCodec:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.columns = {
+            c.name: _column(c) for c in TABLES[kind].columns if c.name not in _SKIP[kind]
+        }
+
+    def encode(self, row: dict[str, Any], uid: str) -> bytes:
+        """One line (with its newline) for a row of this table."""
+        obj: dict[str, Any] = {"kind": self.kind}
+        for name, col in self.columns.items():
+            value = row.get(name)
+            if value is None:
+                # Empty optional event fields stay off the line: a diff shows what an event
+                # carries. Exchanges list every column, so readers see the whole schema.
+                if self.kind == "exchange":
+                    obj[name] = None
+                continue
+            if col.kind == "bytes":
+                value = encode_bytes(value)
+            elif col.kind == "datetime":
+                value = cast(dt.datetime, value).isoformat()
+            obj[name] = value
+        try:
+            return orjson.dumps(obj) + b"\n"
+        except orjson.JSONEncodeError as e:
+            raise CassetteError(f"cannot write exchange {uid}: {e}") from None
+
+    def decode(
+        self, obj: dict[str, Any], path: str, number: int, ignored: dict[str, int]
+    ) -> dict[str, Any]:
+        """Column values from line ``number`` of ``path`` (parsed, ``kind`` taken out).
+
+        Keys this ssetape does not know are left out and noted in ``ignored`` (key -> line).
+        """
+        where = f"{path}:{number}"
+        values: dict[str, Any] = {}
+        for key, value in obj.items():
+            col = self.columns.get(key)
+            if col is None:
+                ignored.setdefault(f"{self.kind}.{key}", number)
+                continue
+            values[key] = self._value(col, value, where)
+        missing = [n for n, c in self.columns.items() if c.required and n not in values]
+        if missing:
+            raise CassetteError(
+                f"{where}: {self.kind} line is missing {', '.join(map(repr, missing))}"
+            )
+        return values
+
+    @staticmethod
+    def _value(col: _Column, value: Any, where: str) -> Any:
+        name = col.name
+        if value is None:
+            if not col.nullable:
+                raise CassetteError(f"{where}: {name!r} must not be null")
+            return None
+        if col.kind == "bytes":
+            if isinstance(value, str):
+                return value.encode("utf-8")
+            if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+                try:
+                    return base64.b64decode(value["b64"], validate=True)
+                except (binascii.Error, ValueError):
+                    raise CassetteError(f"{where}: {name!r}: invalid base64") from None
+            raise CassetteError(f'{where}: {name!r} must be a string or {{"b64": "..."}}')
+        if col.kind == "datetime":
+            try:
+                return dt.datetime.fromisoformat(value)
+            except (TypeError, ValueError):
+                raise CassetteError(
+                    f"{where}: {name!r}: not an ISO 8601 datetime: {short(value)}"
+                ) from None
+        check = _CHECKS.get(col.kind)
+        if check is not None and not check(value):
+            raise CassetteError(
+                f"{where}: {name!r} must be {_KIND_NAMES[col.kind]}, not {short(value)}"
+            )
+        return value

@@ -1,0 +1,136 @@
+"""Stream knowledge in the store: runs the analyzer over stored exchanges and saves what it finds.
+
+The recorder's writer thread calls it for every exchange it finishes, and `ssetape reindex`
+for old rows, so live and recomputed knowledge come from the same code. It reads events back
+from the store in pages, so a million-event stream is analysed in bounded memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from ssetape.analyzer import Analysis, Analyzer
+from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.storage.store import Store
+
+log = logging.getLogger("ssetape.indexer")
+
+# Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
+ANALYSIS_VERSION = 1
+_PAGE = 5_000
+
+
+def _content_type(headers: list[list[str]] | None) -> str | None:
+    for name, value in headers or ():
+        if name.lower() == "content-type":
+            return value
+    return None
+
+
+def knowledge_columns(a: Analysis) -> dict[str, Any]:
+    """The Exchange column values for one analysis."""
+    return {
+        "api": a.api,
+        "model": a.model,
+        "outcome": a.outcome,
+        "outcome_reason": a.reason,
+        "input_tokens": a.input_tokens,
+        "output_tokens": a.output_tokens,
+        "total_tokens": a.total_tokens,
+        "ttft_us": a.ttft_us,
+        "gap_median_us": a.gap_median_us,
+        "gap_p95_us": a.gap_p95_us,
+        "gap_max_us": a.gap_max_us,
+        "tokens_per_s": a.tokens_per_s,
+        "output_text": a.output_text,
+        "details": {
+            "refusal_text": a.refusal_text,
+            "reasoning_text": a.reasoning_text,
+            "tool_calls": a.tool_calls,
+        },
+        "analysis_version": ANALYSIS_VERSION,
+    }
+
+
+class Indexer:
+    """Analyses stored exchanges and writes their stream knowledge and findings."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def analyse(self, s: Session, x: Exchange) -> Analysis:
+        analyzer = Analyzer(method=x.method, path=x.path, request_body=x.request_body)
+        if x.is_stream:
+            stmt = (
+                select(Event.seq, Event.offset_us, Event.event, Event.data)
+                .where(Event.exchange_id == x.id)
+                .order_by(Event.seq)
+                .execution_options(yield_per=_PAGE)
+            )
+            for seq, offset_us, event, data in s.execute(stmt):
+                analyzer.feed(seq, offset_us, event, data)
+        return analyzer.finish(
+            status=x.status,
+            state=x.state,
+            response_body=None if x.is_stream else x.response_body,
+            response_content_type=_content_type(x.response_headers),
+        )
+
+    def index(self, exchange_ids: Iterable[int]) -> int:
+        """Analyse and store the exchanges in one transaction; the number done."""
+        done = 0
+        with self._store.Session.begin() as s:
+            for xid in exchange_ids:
+                x = s.get(Exchange, xid)
+                if x is None:
+                    continue
+                a = self.analyse(s, x)
+                s.execute(update(Exchange).where(Exchange.id == xid).values(knowledge_columns(a)))
+                s.execute(delete(Finding).where(Finding.exchange_id == xid))
+                if a.findings:
+                    s.execute(
+                        insert(Finding),
+                        [
+                            {
+                                "exchange_id": xid,
+                                "n": n,
+                                "code": f.code,
+                                "event_seq": f.event_seq,
+                                "detail": f.detail,
+                            }
+                            for n, f in enumerate(a.findings)
+                        ],
+                    )
+                done += 1
+                s.expunge(x)  # keep the session small over long reindex runs
+        return done
+
+    def ids(self, *, stale_only: bool = False) -> list[int]:
+        """Exchanges to (re)index: all, or only those never analysed by this version."""
+        stmt = select(Exchange.id).order_by(Exchange.id)
+        if stale_only:
+            stmt = stmt.where(
+                (Exchange.analysis_version.is_(None))
+                | (Exchange.analysis_version != ANALYSIS_VERSION)
+            )
+        with self._store.Session() as s:
+            return list(s.scalars(stmt))
+
+    def reindex(self, ids: list[int], *, progress: Callable[[int], None] | None = None) -> int:
+        done = 0
+        for start in range(0, len(ids), 100):
+            part = ids[start : start + 100]
+            done += self.index(part)
+            if progress is not None:
+                progress(len(part))
+        return done
+
+    def findings(self, exchange_id: int) -> list[Finding]:
+        stmt = select(Finding).where(Finding.exchange_id == exchange_id).order_by(Finding.n)
+        with self._store.Session() as s:
+            return list(s.scalars(stmt))

@@ -1,0 +1,168 @@
+"""One transaction of the writer: the queued ops it groups and the SQL that applies them.
+
+The writer (ssetape.storage.writer) owns the queue, the thread, retries and counters; a
+Batch only turns a list of ops into as few statements as possible and runs them.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any, cast
+
+from sqlalchemy import Connection, Engine, Table, func, insert, select, update
+from ssetape.storage.models import Event, Exchange
+
+EXCHANGES = cast(Table, Exchange.__table__)
+EVENTS = cast(Table, Event.__table__)
+_INSERT_EXCHANGE = insert(EXCHANGES).returning(EXCHANGES.c.id)
+_COLUMNS = frozenset(EXCHANGES.c.keys()) - {"id", "uid", "event_count"}
+
+# Operation kinds; an op is (kind, uid, payload). Plain tuples: they are
+# created on the proxy's event loop for every chunk, so they must be cheap.
+BEGIN, UPDATE, EVENTS_OP, CHUNKS_OP, FINISH, FLUSH, STOP = range(7)
+Op = tuple[int, str, Any]
+ROWS = frozenset((EVENTS_OP, CHUNKS_OP))
+# Table and row layout per row kind (exchange_id goes first in every row tuple).
+TABLES = {
+    EVENTS_OP: ("events", ("seq", "offset_us", "event", "data", "sse_id", "raw")),
+    CHUNKS_OP: ("chunks", ("seq", "offset_us", "data")),
+}
+_GETTERS = {kind: itemgetter(*keys) for kind, (_, keys) in TABLES.items()}
+
+
+def fields(payload: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(payload) - _COLUMNS
+    if unknown:  # names only: values may be traffic contents
+        raise ValueError(f"unknown or read-only Exchange field(s): {', '.join(sorted(unknown))}")
+    return payload
+
+
+class BatchSql:
+    """The raw statements a Batch runs, built once per writer for its database."""
+
+    def __init__(self, engine: Engine, *, is_sqlite: bool) -> None:
+        self.is_sqlite = is_sqlite
+        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        # Events and chunks skip SQLAlchemy's per-row parameter processing (most
+        # of the time at 100k rows/s): DBAPI executemany of tuples, same
+        # transaction. Their columns need no type conversion.
+        self.insert = {
+            kind: f"INSERT INTO {table} (exchange_id, {', '.join(keys)}) "
+            f"VALUES ({', '.join([mark] * (len(keys) + 1))})"
+            for kind, (table, keys) in TABLES.items()
+        }
+        self.count = f"UPDATE exchanges SET event_count = event_count + {mark} WHERE id = {mark}"
+
+
+class Batch:
+    """Groups ``ops`` by exchange; ``apply`` commits them and fills in the results.
+
+    ``known`` maps uids to exchange ids the writer already has; it is only read.
+    """
+
+    def __init__(self, ops: list[Op], known: dict[str, int]) -> None:
+        self.known = known
+        self.begins: dict[str, dict[str, Any]] = {}
+        self.updates: dict[str, dict[str, Any]] = {}
+        self.row_ops: dict[tuple[int, str], list[dict[str, Any]]] = {}  # rows by (kind, uid)
+        self.finished: list[str] = []
+        self.exchange_ops = 0
+        for kind, uid, payload in ops:
+            if kind in ROWS:  # the hot loop: one dict lookup and a C-level extend
+                bucket = self.row_ops.get((kind, uid))
+                if bucket is None:
+                    self.row_ops[kind, uid] = bucket = []
+                bucket += payload
+                continue
+            self.exchange_ops += 1
+            if kind == BEGIN and uid not in known and uid not in self.begins:
+                self.begins[uid] = dict(fields(payload))
+            else:  # update, finish, or a repeated begin (an update too)
+                target = (
+                    self.begins[uid] if uid in self.begins else self.updates.setdefault(uid, {})
+                )
+                target.update(fields(payload))
+                if kind == FINISH:
+                    self.finished.append(uid)
+        # Results of apply():
+        self.ids: dict[str, int] = {}  # newly learnt uid -> id
+        self.dropped: list[Op] = []  # row ops whose exchange does not exist
+        self.rows: dict[int, list[tuple[Any, ...]]] = {kind: [] for kind in TABLES}
+        self.new = 0  # exchange rows inserted
+
+    def apply(self, engine: Engine, sql: BatchSql, *, careful: bool = False) -> None:
+        """One transaction: one INSERT per new exchange, one executemany (PostgreSQL:
+        COPY) per row kind, and one UPDATE per touched exchange (merged fields plus
+        the event_count increment).
+
+        ``careful`` makes it safe to repeat after a commit whose outcome was
+        unknown (connection lost during COMMIT): duplicate rows are skipped and
+        event_count is recounted instead of incremented.
+        """
+        known, ids, updates = self.known, self.ids, self.updates
+        counts = {uid: len(rs) for (kind, uid), rs in self.row_ops.items() if kind == EVENTS_OP}
+        with engine.begin() as conn:
+            # Exchanges without a known id: begun before a retry whose outcome
+            # was unknown, finished already (late ops), or by an earlier writer.
+            missing = (
+                set(self.begins) | {uid for _, uid in self.row_ops} | set(updates)
+            ) - known.keys()
+            if missing:
+                found = select(EXCHANGES.c.uid, EXCHANGES.c.id)
+                found = found.where(EXCHANGES.c.uid.in_(missing))
+                ids.update({u: i for u, i in conn.execute(found)})
+            for uid, values in self.begins.items():
+                if uid in ids:
+                    updates.setdefault(uid, {}).update(values)
+                else:
+                    values = {**values, "uid": uid, "event_count": counts.pop(uid, 0)}
+                    ids[uid] = conn.execute(_INSERT_EXCHANGE, values).scalar_one()
+                    self.new += 1
+            for (kind, uid), payload in self.row_ops.items():
+                xid = known.get(uid) or ids.get(uid)
+                if xid is None:
+                    self.dropped.append((kind, uid, payload))
+                    counts.pop(uid, None)
+                else:
+                    get = _GETTERS[kind]
+                    self.rows[kind] += [(xid, *get(r)) for r in payload]
+            for kind, kind_rows in self.rows.items():
+                if kind_rows:  # one executemany (or COPY) per batch, not per exchange
+                    _insert_rows(conn, sql, kind, kind_rows, careful)
+            increments: list[tuple[int, int]] = []  # (events added, exchange id)
+            for uid in updates.keys() | counts.keys():
+                xid = known.get(uid) or ids.get(uid)
+                if xid is None:
+                    continue  # its begin never made it: nothing to update
+                values = updates.get(uid, {})
+                if careful:
+                    count = select(func.count()).where(EVENTS.c.exchange_id == xid)
+                    values = {**values, "event_count": count.scalar_subquery()}
+                elif counts.get(uid):
+                    if not values:  # the common case: all of them in one executemany
+                        increments.append((counts[uid], xid))
+                        continue
+                    values = {**values, "event_count": EXCHANGES.c.event_count + counts[uid]}
+                if values:
+                    conn.execute(update(EXCHANGES).where(EXCHANGES.c.id == xid).values(values))
+            if increments:
+                conn.exec_driver_sql(sql.count, increments)
+
+
+def _insert_rows(
+    conn: Connection, sql: BatchSql, kind: int, rows: list[tuple[Any, ...]], careful: bool
+) -> None:
+    if careful or sql.is_sqlite:
+        # Same syntax on SQLite (>= 3.24) and PostgreSQL.
+        tail = " ON CONFLICT DO NOTHING" if careful else ""
+        conn.exec_driver_sql(sql.insert[kind] + tail, rows)
+        return
+    # PostgreSQL: COPY is about twice as fast as executemany.
+    table, keys = TABLES[kind]
+    raw: Any = conn.connection.driver_connection
+    with (
+        raw.cursor() as cur,
+        cur.copy(f"COPY {table} (exchange_id, {', '.join(keys)}) FROM STDIN") as copy,
+    ):
+        for row in rows:
+            copy.write_row(row)

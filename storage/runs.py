@@ -1,0 +1,344 @@
+"""Recorder runs: each recorder's counters in ``recorder_runs``, and who is still alive.
+
+A recorder's losses (events it could not store, store errors) must stay visible after it
+exits, so each recorder keeps one row up to date from a thread of its own
+(:class:`RunReporter`); ``ssetape stats`` sums them with :meth:`Runs.totals`.
+
+The rows double as a heartbeat for crash recovery. An exchange stays ``recording`` when
+its recorder dies (``kill -9``, power loss); :meth:`Runs.mark_gone_interrupted` turns it
+into ``interrupted`` once that recorder is known to be gone. The rule, for a recorder id
+``hostname:pid:unix_time``:
+
+- its run row has ``stopped_at`` (it exited cleanly, but could not finish the row), or
+- it ran on this host and its pid is not running, or runs a process started after the id
+  was made (the pid was reused), or
+- it ran on another host and its run row has not been updated for ``STALE_AFTER`` seconds
+  (clocks of a fleet are assumed within a minute of each other, as NTP keeps them).
+
+Otherwise its rows are left alone: a recorder never marks rows of one that may be alive.
+If the rule is wrong anyway (a recorder on another host cut off from the store for longer
+than ``STALE_AFTER``, or two containers with the same hostname and separate pid
+namespaces), the damage undoes itself: the live recorder's own finish sets the state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from ssetape.storage.models import Exchange, RecorderRun
+from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
+
+log = logging.getLogger("ssetape.storage")
+
+STALE_AFTER = 120.0  # seconds without a heartbeat before another host's recorder is gone
+INTERRUPTED = "recorder gone before the exchange ended (crash or kill)"
+_RUNS = cast(Table, RecorderRun.__table__)
+_COUNTERS = (
+    "exchanges_recorded",
+    "events_recorded",
+    "exchanges_lost",
+    "events_lost",
+    "store_errors",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCounts:
+    """What one recorder stored and lost so far (from its writer's stats)."""
+
+    exchanges_recorded: int = 0
+    events_recorded: int = 0
+    exchanges_lost: int = 0
+    events_lost: int = 0
+    store_errors: int = 0
+    last_error: str | None = None
+
+
+def parse_recorder_id(recorder: str) -> tuple[str, int, int] | None:
+    """``hostname:pid:unix_time`` as its parts, None for anything else."""
+    host, _, rest = recorder.partition(":")
+    pid, _, started = rest.partition(":")
+    if not (host and pid.isdigit() and started.isdigit()):
+        return None
+    return host, int(pid), int(started)
+
+
+def _process_start(pid: int) -> float | None:
+    """When ``pid`` started (Unix time), from /proc; None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    # Fields after the command name, which may itself hold spaces and parentheses;
+    # starttime is field 22 of the whole line, in clock ticks since boot.
+    ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pid_alive(pid: int, since: int) -> bool:
+    """Whether ``pid`` is the process that made a recorder id at time ``since``."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process: it exists
+    start = _process_start(pid)
+    # The id is made after the process starts; a process started later reused the pid.
+    # btime and clock ticks are coarse: allow two seconds.
+    return start is None or start <= since + 2
+
+
+def recorder_gone(
+    recorder: str,
+    updated_at: dt.datetime | None,
+    *,
+    hostname: str,
+    stopped: bool = False,
+    now: dt.datetime | None = None,
+) -> bool:
+    """Whether ``recorder`` is known to be gone (the rule is in the module docstring).
+
+    ``updated_at``: its run row's last heartbeat, None without a run row; ``stopped``: the
+    row has ``stopped_at``; ``hostname``: the host this runs on.
+    """
+    if stopped:
+        return True
+    parts = parse_recorder_id(recorder)
+    if parts is not None and parts[0] == hostname:
+        return not pid_alive(parts[1], parts[2])
+    if updated_at is None:
+        return False  # another host and no heartbeat to judge by (an older ssetape)
+    now = now or dt.datetime.now(dt.UTC)
+    return (now - updated_at).total_seconds() > STALE_AFTER
+
+
+class Runs:
+    """Reads and writes ``recorder_runs``; every method opens its own short transaction."""
+
+    def __init__(self, store: Store, *, hostname: str | None = None) -> None:
+        self.store = store
+        self.hostname = hostname or socket.gethostname()
+        # IMMEDIATE on SQLite: read-then-write transactions must not fail on lock upgrade.
+        self._engine = (
+            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+            if store.is_sqlite
+            else store.engine
+        )
+
+    def save(
+        self,
+        recorder: str,
+        started_at: dt.datetime,
+        counts: RunCounts,
+        *,
+        stopped_at: dt.datetime | None = None,
+        now: dt.datetime | None = None,
+    ) -> None:
+        """Create or update one recorder's row (an upsert: safe to repeat after a failure)."""
+        values: dict[str, Any] = {
+            "recorder": recorder,
+            "started_at": started_at,
+            "updated_at": now or dt.datetime.now(dt.UTC),
+            "stopped_at": stopped_at,
+            **dataclasses.asdict(counts),
+        }
+        changed = {k: v for k, v in values.items() if k not in ("recorder", "started_at")}
+        insert = sqlite_insert if self.store.is_sqlite else pg_insert
+        stmt = insert(_RUNS).values(values)
+        stmt = stmt.on_conflict_do_update(index_elements=[_RUNS.c.recorder], set_=changed)
+        with self._engine.begin() as conn:
+            conn.execute(stmt)
+
+    def get(self, recorder: str) -> RecorderRun | None:
+        with self.store.Session() as s:
+            return s.get(RecorderRun, recorder)
+
+    def all(self) -> list[RecorderRun]:
+        with self.store.Session() as s:
+            return list(s.scalars(select(RecorderRun).order_by(RecorderRun.started_at)))
+
+    def status(self, run: RecorderRun, now: dt.datetime | None = None) -> str:
+        """``stopped`` (exited cleanly), ``running``, or ``gone`` (died, or silent for long)."""
+        if run.stopped_at is not None:
+            return "stopped"
+        return "gone" if self.gone(run.recorder, run.updated_at, now=now) else "running"
+
+    def gone(
+        self,
+        recorder: str,
+        updated_at: dt.datetime | None,
+        *,
+        stopped: bool = False,
+        now: dt.datetime | None = None,
+    ) -> bool:
+        return recorder_gone(recorder, updated_at, hostname=self.hostname, stopped=stopped, now=now)
+
+    def mark_gone_interrupted(self, *, alive: Iterable[str] = ()) -> int:
+        """Exchanges still ``recording`` whose recorder is gone become ``interrupted``.
+
+        ``alive``: recorder ids known to be running (the caller's own). Returns how many
+        exchanges changed. Cheap when nothing is in flight: one query on an indexed column.
+        """
+        keep = set(alive)
+        with self._engine.begin() as conn:
+            recorders = conn.execute(
+                select(Exchange.recorder).where(Exchange.state == "recording").distinct()
+            ).scalars()
+            candidates = [r for r in recorders if r is not None and r not in keep]
+            if not candidates:
+                return 0
+            beats = {
+                row.recorder: row
+                for row in conn.execute(
+                    select(_RUNS.c.recorder, _RUNS.c.updated_at, _RUNS.c.stopped_at).where(
+                        _RUNS.c.recorder.in_(candidates)
+                    )
+                )
+            }
+            now = dt.datetime.now(dt.UTC)
+            gone = []
+            for r in candidates:
+                beat = beats.get(r)
+                updated = beat.updated_at if beat is not None else None
+                stopped = beat is not None and beat.stopped_at is not None
+                if self.gone(r, updated, stopped=stopped, now=now):
+                    gone.append(r)
+            if not gone:
+                return 0
+            mine = (Exchange.state == "recording", Exchange.recorder.in_(gone))
+            # An error the recorder stored already (e.g. a capture failure) is kept.
+            conn.execute(
+                update(Exchange).where(*mine, Exchange.error.is_(None)).values(error=INTERRUPTED)
+            )
+            changed = conn.execute(update(Exchange).where(*mine).values(state="interrupted"))
+        return int(changed.rowcount)
+
+    def totals(self) -> dict[str, Any]:
+        """Sums over every run and the runs themselves, for ``ssetape stats``.
+
+        Keys: ``exchanges_recorded``, ``events_recorded``, ``exchanges_lost``,
+        ``events_lost``, ``store_errors`` (ints) and ``runs`` (one dict per run, oldest
+        first, with those counters, ``recorder``, ``status``, ``started_at``,
+        ``updated_at``, ``stopped_at`` and ``last_error``).
+        """
+        now = dt.datetime.now(dt.UTC)
+        runs: list[dict[str, Any]] = []
+        sums = dict.fromkeys(_COUNTERS, 0)
+        for run in self.all():
+            row = {c.key: getattr(run, c.key) for c in _RUNS.columns}
+            row["status"] = self.status(run, now)
+            runs.append(row)
+            for key in _COUNTERS:
+                sums[key] += row[key]
+        return {**sums, "runs": runs}
+
+
+class RunReporter:
+    """Keeps one recorder's ``recorder_runs`` row current, from its own daemon thread.
+
+    The recorder's event loop never waits for it: ``counts`` is called in this thread and
+    must only read in-memory counters. A save that fails (store down) is simply tried again
+    at the next tick; the writer already logs the outage, so this stays quiet until exit.
+    """
+
+    def __init__(
+        self,
+        runs: Runs,
+        recorder: str,
+        counts: Callable[[], RunCounts],
+        *,
+        interval: float = 2.0,
+        sweep_every: float = 60.0,
+    ) -> None:
+        self.runs = runs
+        self.recorder = recorder
+        self.started_at = dt.datetime.now(dt.UTC)
+        self.saved = False  # the last save worked
+        self.last_failure: str | None = None
+        self._counts = counts
+        self._interval = interval
+        self._sweep_every = sweep_every
+        self._active = threading.Event()
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # set with either of the two above
+        self._thread: threading.Thread | None = None
+
+    def start(self, *, active: bool = True) -> None:
+        """Start the thread; with ``active=False`` nothing is written until :meth:`activate`
+        (a replaying proxy must not touch its tape until it records something)."""
+        if active:
+            self._active.set()
+            self._wake.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ssetape-runs", daemon=True)
+            self._thread.start()
+
+    @property
+    def active(self) -> bool:
+        return self._active.is_set()
+
+    def activate(self) -> None:
+        if not self._active.is_set():
+            self._active.set()
+            self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Final save with ``stopped_at``; True if it was stored within ``timeout``."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self.saved = False
+                self.last_failure = self.last_failure or f"no answer within {timeout:g} s"
+        return self.saved
+
+    def _run(self) -> None:
+        while not self._active.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            if self._stop.is_set() and not self._active.is_set():
+                return  # stopped without ever recording: leave the store untouched
+        next_sweep = time.monotonic()
+        while True:
+            stopping = self._stop.is_set()
+            self._save(dt.datetime.now(dt.UTC) if stopping else None)
+            if stopping:
+                return
+            if time.monotonic() >= next_sweep:
+                self._sweep()
+                next_sweep = time.monotonic() + self._sweep_every
+            self._stop.wait(self._interval)
+
+    def _save(self, stopped_at: dt.datetime | None) -> None:
+        try:
+            self.runs.save(self.recorder, self.started_at, self._counts(), stopped_at=stopped_at)
+        except Exception as exc:
+            self.saved = False
+            self.last_failure = one_line(exc)
+            log.debug("ssetape: cannot save recorder counters: %s", self.last_failure)
+        else:
+            self.saved = True
+            self.last_failure = None
+
+    def _sweep(self) -> None:
+        with contextlib.suppress(Exception):  # only housekeeping: the next sweep retries
+            n = self.runs.mark_gone_interrupted(alive=[self.recorder])
+            if n:
+                log.info("ssetape: %d exchange(s) of stopped recorders marked interrupted", n)

@@ -1,0 +1,228 @@
+"""Fail-open for real: the store fails while streams flow through a real `ssetape record`.
+
+Three real failures: the SQLite file's filesystem is full (a tiny tmpfs), another process
+holds SQLite's write lock for longer than the busy timeout, and the PostgreSQL database
+refuses connections with every open one killed. Each time the clients get every byte
+unchanged and on time, the recorder logs one line, counts what it lost (exit line and
+``recorder_runs``), and records again once the store is back.
+
+Slow by nature (~8-15 s each): a recorder start is ~3 s of imports on this machine, the
+streams must outlast the outage, and the lock must outlast SQLite's 5 s busy timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import sqlite3
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from ssetape.storage.runs import Runs
+from ssetape.storage.store import Store
+
+from ssetape.scenarios import plan
+from ssetape.simulator import Simulator
+from ssetape.sse import SseParser
+from tests.addons.stores import Recorders, pg_database
+from tests.addons.test_recorder import expected_event_times
+from tests.conftest import SIM_SPEED
+
+PATH = "/v1/chat/completions"
+MAX_PENDING = 100  # rows the recorder may queue: small, so an outage of a second drops some
+
+
+def body(i: int, tokens: int) -> dict[str, Any]:
+    return {
+        "model": "sim-plain",
+        "stream": True,
+        "max_tokens": tokens,
+        "messages": [{"role": "user", "content": f"fail-open {i}"}],
+    }
+
+
+class Reader(threading.Thread):
+    """One client stream: its bytes, and when each SSE event arrived after the request."""
+
+    def __init__(self, base: str, b: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.base, self.b = base, b
+        self.body = b""
+        self.t0 = 0.0
+        self.arrivals: list[float] = []
+
+    def run(self) -> None:
+        parser, chunks = SseParser(), []
+        with httpx.Client(timeout=60) as c:
+            # After the client's set-up (~0.1 s for its TLS context).
+            self.t0 = t0 = time.perf_counter()
+            with c.stream("POST", self.base + PATH, content=orjson.dumps(self.b)) as r:
+                for chunk in r.iter_raw():
+                    now = time.perf_counter() - t0
+                    chunks.append(chunk)
+                    self.arrivals += [now] * len(parser.feed(chunk))
+        self.arrivals += [time.perf_counter() - t0] * len(parser.close())
+        self.body = b"".join(chunks)
+
+    def check(self, since: float = 0.0) -> None:
+        """Bytes identical to what the simulator sends, and every event planned from
+        ``since`` (a perf_counter time) on time.
+
+        Lateness is against the simulator's plan; the hop adds a constant per stream (the
+        median), so what counts is that no event waited on top of it."""
+        p = plan("POST", PATH, {}, orjson.dumps(self.b), speed=SIM_SPEED)
+        assert self.body == b"".join(c.data for c in p.chunks)
+        expected = expected_event_times(PATH, self.b)
+        assert len(self.arrivals) == len(expected)
+        late = [got - want for got, want in zip(self.arrivals, expected, strict=True)]
+        usual = statistics.median(late)
+        judged = [x for x, want in zip(late, expected, strict=True) if self.t0 + want >= since]
+        assert judged and max(judged) - usual < 0.05, (usual, max(judged))
+
+
+def stream_through_outage(
+    sim: Simulator,
+    recorders: Recorders,
+    db: str,
+    outage: Callable[[], contextlib.AbstractContextManager[Any]],
+    *,
+    seconds: float,
+    tokens: int,
+) -> None:
+    proc = recorders.start(
+        db, "--mode", f"reverse:{sim.url}", "--set", f"ssetape_max_pending={MAX_PENDING}"
+    )
+    before = Reader(proc.url, body(0, 20))
+    before.run()
+    readers = [Reader(proc.url, body(i, tokens)) for i in range(1, 5)]
+    for r in readers:
+        r.start()
+    time.sleep(0.4)
+    # The simulator runs in this process and plans each stream when it arrives; by now
+    # that is done and the streams are in their stride. Events from here on are judged.
+    since = time.perf_counter()
+    with outage():
+        time.sleep(seconds)
+    for r in readers:
+        r.join(60)
+    after = Reader(proc.url, body(9, 20))
+    after.run()  # the store is back: this one must be stored whole
+    assert proc.stop() == 0, proc.log.decode()
+    log = proc.log.decode()
+
+    # The clients: every byte, on time.
+    for r in (before, after):
+        r.check()
+    for r in readers:
+        r.check(since)
+
+    # One clear line when the store failed, one when it came back, the counts at exit.
+    assert len(re.findall(r"cannot write to .* traffic still flows", log)) == 1, log
+    assert "again after" in log and "Traceback" not in log, log
+    m = re.search(r"ssetape: (\d+) events? in (\d+) exchanges? stored, (\d+) events? and", log)
+    assert m, log
+    stored_n, lost = int(m.group(1)), int(m.group(3))
+    assert lost > 0
+
+    store = Store.open(db, create=False)
+    try:
+        [run] = Runs(store).all()
+        assert (run.events_recorded, run.events_lost) == (stored_n, lost)
+        assert run.store_errors > 0 and run.last_error and run.stopped_at is not None
+        rows = {x.request_body: x for x in store.exchanges()}
+        assert len(rows) == 6 and {x.state for x in rows.values()} == {"completed"}
+        events = {k: store.events(x.id) for k, x in rows.items()}
+        # Every event is accounted for: stored, or counted as lost.
+        received = sum(len(r.arrivals) for r in [before, *readers, after])
+        assert sum(len(e) for e in events.values()) + lost == received == stored_n + lost
+        for r in (before, after):
+            raw = b"".join(e.raw for e in events[orjson.dumps(r.b)])
+            assert raw == r.body
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
+    r = Recorders(tmp_path, confdir)
+    yield r
+    r.stop_all()
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@contextlib.contextmanager
+def full(fs: Path) -> Iterator[None]:
+    """Fill the filesystem to the last byte (root's reserve included: it is a tmpfs)."""
+    filler = fs / "filler"
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        block = b"\0" * 65536
+        while True:
+            try:
+                os.write(fd, block)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                if len(block) == 1:
+                    break
+                block = block[: len(block) // 2]
+    finally:
+        os.close(fd)
+    try:
+        yield
+    finally:
+        filler.unlink()
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Another process's writer holds the write lock (WAL: readers are not blocked)."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def test_disk_full_mid_session(sim: Simulator, recorders: Recorders, tiny_fs: Path) -> None:
+    db = str(tiny_fs / "tape.db")
+    stream_through_outage(sim, recorders, db, lambda: full(tiny_fs), seconds=1.2, tokens=300)
+
+
+def test_database_locked_for_longer_than_the_busy_timeout(
+    sim: Simulator, recorders: Recorders, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "tape.db")
+    # SQLite waits 5 s for a lock before it reports an error.
+    stream_through_outage(sim, recorders, db, lambda: locked(db), seconds=6.0, tokens=1000)
+
+
+def test_postgresql_unavailable_mid_session(sim: Simulator, recorders: Recorders) -> None:
+    with pg_database() as pg:
+        stream_through_outage(sim, recorders, pg.url, pg.down, seconds=1.2, tokens=300)
