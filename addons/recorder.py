@@ -233,6 +233,10 @@ class Recorder:
 
     def done(self) -> None:
         for flow in list(self.inflight.values()):
+            if flow.response is not None and callable(flow.response.stream):
+                # mitmproxy may relay a few more chunks while it shuts down: they pass
+                # through as they are, not into a capture that is closed.
+                flow.response.stream = True
             self._finish(flow, "interrupted", "recorder stopped before the exchange ended")
         self._close()
 
@@ -244,7 +248,7 @@ class Recorder:
                 events_recorded=st.events,
                 # Requests the recorder failed on, plus exchange rows the writer dropped
                 # (WriterStats.dropped_exchanges, where the writer counts them).
-                exchanges_lost=self.hook_failures + getattr(st, "dropped_exchanges", 0),
+                exchanges_lost=self.hook_failures + st.dropped_exchanges,
                 events_lost=st.dropped_events,
                 store_errors=st.failed_batches,
                 last_error=st.last_error,

@@ -75,8 +75,8 @@ def parse_recorder_id(recorder: str) -> tuple[str, int, int] | None:
     return host, int(pid), int(started)
 
 
-def _process_start(pid: int) -> float | None:
-    """When ``pid`` started (Unix time), from /proc; None where there is no /proc."""
+def _proc_stat(pid: int) -> tuple[bytes, float] | None:
+    """State letter and start time (Unix time) of ``pid``, from /proc; None without /proc."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -84,10 +84,10 @@ def _process_start(pid: int) -> float | None:
             btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
     except (OSError, StopIteration, ValueError):
         return None
-    # Fields after the command name, which may itself hold spaces and parentheses;
-    # starttime is field 22 of the whole line, in clock ticks since boot.
-    ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
+    # Fields after the command name, which may itself hold spaces and parentheses: the
+    # state is field 3 of the line, starttime field 22 (clock ticks since boot).
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return fields[0], btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def pid_alive(pid: int, since: int) -> bool:
@@ -98,10 +98,13 @@ def pid_alive(pid: int, since: int) -> bool:
         return False
     except PermissionError:
         pass  # someone else's process: it exists
-    start = _process_start(pid)
-    # The id is made after the process starts; a process started later reused the pid.
-    # btime and clock ticks are coarse: allow two seconds.
-    return start is None or start <= since + 2
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    state, start = stat
+    # A zombie is dead, its parent just has not reaped it. The id is made after the
+    # process starts, so one started later reused the pid (btime is coarse: 2 s slack).
+    return state != b"Z" and start <= since + 2
 
 
 def recorder_gone(

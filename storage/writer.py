@@ -57,6 +57,7 @@ class WriterStats:
     failed_batches: int = 0  # transactions that failed (each retry counts)
     dropped_events: int = 0  # never stored: queue full, rejected, exchange unknown, closed
     dropped_chunks: int = 0
+    dropped_exchanges: int = 0  # begun but never stored (their rows are dropped too)
     last_error: str | None = None
 
 
@@ -196,6 +197,8 @@ class Writer:
             self._stats.dropped_events += n
         elif kind == CHUNKS_OP:
             self._stats.dropped_chunks += n
+        elif kind == BEGIN:
+            self._stats.dropped_exchanges += n
 
     def _drop(self, op: Op, *, dead: bool = False) -> None:
         with self._lock:
@@ -302,8 +305,11 @@ class Writer:
             ids, self._finished_ids = self._finished_ids, []
             try:
                 self._on_finished(ids)
-            except Exception:  # derived data only: `ssetape reindex` can redo it
-                log.exception("ssetape storage: analysing finished exchanges failed")
+            except Exception as exc:  # derived data only: `ssetape reindex` can redo it
+                log.warning(
+                    f"ssetape storage: analysing {len(ids)} finished exchange(s) failed "
+                    f"({_describe(exc)}); `ssetape reindex --stale` redoes it"
+                )
         for done in flushes:
             done.set()
 

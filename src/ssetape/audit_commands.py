@@ -12,16 +12,9 @@ from rich.progress import Progress
 
 from ssetape.filters import Filters
 from ssetape.indexer import Indexer
-from ssetape.proxy_commands import db_option
+from ssetape.proxy_commands import db_option, open_db
 from ssetape.stats import GROUP_BY, Stats
-from ssetape.storage.store import Store, StoreError
-
-
-def _open(db: str) -> Store:
-    try:
-        return Store.open(db, create=False)
-    except StoreError as e:
-        raise click.ClickException(str(e)) from None
+from ssetape.storage.store import Store
 
 
 def _losses(store: Store) -> dict[str, Any] | None:
@@ -39,7 +32,7 @@ def _losses(store: Store) -> dict[str, Any] | None:
 @Filters.options
 def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
     """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
-    store = _open(db)
+    store = open_db(db)
     try:
         rows = Stats(store).groups(by, Filters.pop(filters))
         losses = _losses(store)
@@ -70,7 +63,7 @@ def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
 @click.option("--stale", is_flag=True, help="Only exchanges not analysed by this version yet.")
 def reindex(db: str, stale: bool) -> None:
     """Recompute the stream knowledge (api, model, outcome, usage, timing, findings)."""
-    store = _open(db)
+    store = open_db(db)
     try:
         indexer = Indexer(store)
         ids = indexer.ids(stale_only=stale)

@@ -25,9 +25,8 @@ from sqlalchemy import ColumnElement, Select, Table, or_
 from ssetape.cassette import MAX_BYTES, MAX_LINE_BYTES, Cassette, CassetteError, Narrow
 from ssetape.cassette import Progress as ProgressFn
 from ssetape.filters import Filters
-from ssetape.proxy_commands import db_option, shown
+from ssetape.proxy_commands import db_option, open_db, shown
 from ssetape.storage.models import EXCHANGE_STATES, Exchange
-from ssetape.storage.store import Store, StoreError
 
 _EXCHANGES = cast(Table, Exchange.__table__)
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -72,13 +71,6 @@ def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | Non
             bar.update(task, completed=done, total=total)
 
         yield update
-
-
-def _open(db: str, *, create: bool) -> Store:
-    try:
-        return Store.open(db, create=create)
-    except StoreError as e:
-        raise click.ClickException(str(e)) from None
 
 
 def _narrow(
@@ -155,7 +147,7 @@ def export_cmd(
 
     fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
     narrow = _narrow(Filters.pop(filters), ids, hosts, path, states, until)
-    store = _open(db, create=False)
+    store = open_db(db, create=False)
     try:
         with _progress("exporting") as progress:
             if str(output) == "-":
@@ -204,7 +196,7 @@ def import_cmd(cassette: Path, db: str, max_line_bytes: int, max_bytes: int) -> 
             next(records, None)
     except CassetteError as e:
         raise click.ClickException(str(e)) from None
-    store = _open(db, create=True)
+    store = open_db(db, create=True)
     try:
         with _progress("importing", in_bytes=True) as progress:
             report = tape.import_into(store, progress=progress)

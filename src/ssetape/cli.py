@@ -15,20 +15,12 @@ from rich.console import Console
 from ssetape.files import write_private
 from ssetape.filters import Filters
 from ssetape.indexer import Indexer
-from ssetape.proxy_commands import DEFAULT_CONFDIR, db_option, record, replay
-from ssetape.storage.store import Store, StoreError
+from ssetape.proxy_commands import DEFAULT_CONFDIR, db_option, open_db, record, replay
 from ssetape.views import detail, list_table, show_view, summary, timeline_of
 
 
 def _out(obj: Any) -> None:
     sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-
-
-def _open(db: str, *, create: bool = False) -> Store:
-    try:
-        return Store.open(db, create=create)
-    except StoreError as e:
-        raise click.ClickException(str(e)) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,7 +36,7 @@ def main() -> None:
 @Filters.options
 def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
     """List recorded exchanges, newest first."""
-    store = _open(db)
+    store = open_db(db)
     try:
         rows = store.exchanges(limit=limit, where=Filters.pop(filters).apply)
         if as_json:
@@ -72,7 +64,7 @@ main.add_command(list_cmd, "ls")
 )
 def show(db: str, exchange_id: str, as_json: bool, timeline: bool, svg_file: Path | None) -> None:
     """Show one exchange: redacted headers, bodies, every event with its offset."""
-    store = _open(db)
+    store = open_db(db)
     try:
         key: int | str = int(exchange_id) if exchange_id.isdigit() else exchange_id
         x = store.exchange(key)

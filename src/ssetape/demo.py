@@ -13,10 +13,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from ssetape.addons.recorder import Recorder
 from ssetape.filters import Filters
 from ssetape.indexer import Indexer
-from ssetape.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.sse import SseParser
 from ssetape.stats import Stats
 from ssetape.storage.store import Store
@@ -81,6 +79,8 @@ async def _through_proxy(
     addons: list[Any], db: str, sim_url: str
 ) -> list[tuple[str, str, list[float]]]:
     """Send every demo request through a proxy with these addons; the arrival times."""
+    from ssetape.proxy_runner import ProxyRunner
+
     ready: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
     runner = ProxyRunner(
         addons,
@@ -128,7 +128,9 @@ def _fidelity(store: Store, replayed: list[tuple[str, str, list[float]]]) -> Tab
 @click.option("--db", default=None, help="Keep the recording in this database (default: temp).")
 def demo(db: str | None) -> None:
     """Record a few streams from the built-in simulator, show them, and replay them."""
+    from ssetape.addons.recorder import Recorder
     from ssetape.addons.replayer import Replayer
+    from ssetape.proxy_runner import ProxyStartError
     from ssetape.simulator import Simulator
 
     console = Console()

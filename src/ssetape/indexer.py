@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from ssetape.analyzer import Analysis, Analyzer
 from ssetape.storage.models import Event, Exchange, Finding
-from ssetape.storage.store import Store
+from ssetape.storage.store import SQLITE_BEGIN, Store
 
 log = logging.getLogger("ssetape.indexer")
 
@@ -62,6 +62,11 @@ class Indexer:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._engine = (
+            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+            if store.is_sqlite
+            else store.engine
+        )
 
     def analyse(self, s: Session, x: Exchange) -> Analysis:
         analyzer = Analyzer(method=x.method, path=x.path, request_body=x.request_body)
@@ -84,7 +89,9 @@ class Indexer:
     def index(self, exchange_ids: Iterable[int]) -> int:
         """Analyse and store the exchanges in one transaction; the number done."""
         done = 0
-        with self._store.Session.begin() as s:
+        # IMMEDIATE on SQLite: this reads, then writes; a plain BEGIN would fail at once
+        # ("database is locked") when another connection commits in between.
+        with Session(self._engine) as s, s.begin():
             for xid in exchange_ids:
                 x = s.get(Exchange, xid)
                 if x is None:

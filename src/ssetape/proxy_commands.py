@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -10,7 +11,6 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy import make_url
 
-from ssetape.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.storage.store import Store, StoreError
 
 DB_HELP = "SQLite file or SQLAlchemy URL (postgresql+psycopg://...). Env: SSETAPE_DB."
@@ -20,6 +20,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 db_option = click.option(
     "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
 )
+
+
+def open_db(db: str, *, create: bool = False) -> Store:
+    """Open a store for a command: a one-line error if that fails. Exchanges left
+    ``recording`` by a recorder that is gone (crash, kill -9) show as ``interrupted``."""
+    try:
+        store = Store.open(db, create=create)
+    except StoreError as e:
+        raise click.ClickException(str(e)) from None
+    from ssetape.storage.runs import Runs
+
+    with contextlib.suppress(Exception):  # a read-only user still gets to read
+        Runs(store).mark_gone_interrupted()
+    return store
 
 
 def proxy_options(f: F) -> F:
@@ -92,6 +106,10 @@ def run_proxy(
         )
         click.echo(f"ssetape {what}: listening on http://{h}:{p} ({mode}); db {shown(db)}; {how}")
         sys.stdout.flush()
+
+    # Here, not at the top: mitmproxy takes most of a second to import, and the
+    # commands that only read the store (list, show, stats) should not pay for it.
+    from ssetape.proxy_runner import ProxyRunner, ProxyStartError
 
     runner = ProxyRunner(
         addons,

@@ -91,6 +91,7 @@ class ProxyRunner:
         except exceptions.OptionsError as e:
             raise ProxyStartError(str(e)) from None
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_cancellations)
         for sig in (signal.SIGINT, signal.SIGTERM):
             # Not in the main thread the caller stops us instead.
             with contextlib.suppress(RuntimeError, ValueError):
@@ -110,3 +111,11 @@ class ProxyRunner:
     def shutdown(self) -> None:
         if self.master is not None:
             self.master.shutdown()
+
+
+def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Stopping with clients still connected cancels their handlers; asyncio's stream
+    callback then reports each cancellation as an "Exception in callback" traceback."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)

@@ -37,6 +37,10 @@ class ReplayFront(TimedServer):
         self.hits = 0
         self.misses = 0
 
+    def origin(self, headers: dict[bytes, bytes], t0: float) -> tuple[str, float]:
+        """The host to match on and offset zero of the request."""
+        return self.host, t0
+
     async def respond(
         self,
         writer: asyncio.StreamWriter,
@@ -48,6 +52,7 @@ class ReplayFront(TimedServer):
         if len(request_line) < 2:
             error_response(writer, 400, "ssetape: malformed request line")
             return False
+        host, t0 = self.origin(headers, t0)
         method = request_line[0].decode("latin-1")
         target = request_line[1].decode("latin-1")
         loop = asyncio.get_running_loop()
@@ -55,13 +60,13 @@ class ReplayFront(TimedServer):
             # Known requests with small bodies are matched right here; anything that needs
             # the database or much hashing goes to a worker thread.
             found = (
-                self.index.lookup(method, self.host, target, body or None, may_query=False)
+                self.index.lookup(method, host, target, body or None, may_query=False)
                 if len(body) <= INLINE_BODY
                 else None
             )
             if found is None:
                 found = await loop.run_in_executor(
-                    None, self.index.lookup, method, self.host, target, body or None
+                    None, self.index.lookup, method, host, target, body or None
                 )
         except Exception as e:
             log.exception("ssetape: replay lookup failed")

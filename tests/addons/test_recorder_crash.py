@@ -1,23 +1,32 @@
-"""`kill -9` of a real `ssetape record` mid-stream: nothing but the last flush is lost, the
-store opens cleanly, and the next recorder marks the orphaned exchange ``interrupted``."""
+"""Recorders that stop mid-stream.
+
+`kill -9` of a real `ssetape record`: nothing but the last flush is lost, the store opens
+cleanly, and the next recorder marks the orphaned exchange ``interrupted``. SIGTERM while
+the store is down: the recorder waits for it, keeps what came and marks it ``interrupted``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from mitmproxy import http
 from sqlalchemy import text
+from ssetape.addons.recorder import Recorder
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
 
 from ssetape.simulator import Simulator
 from ssetape.sse import SseParser
-from tests.addons.stores import Recorders, kill9, store_target, wait_for
+from tests.addons.stores import Recorders, kill9, pg_database, store_target, wait_for
 
 # Long enough (~10 s at the test simulator's speed) to be killed in the middle.
 LONG = {
@@ -45,9 +54,9 @@ def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
 class Reader(threading.Thread):
     """Reads one stream, noting when each complete SSE event arrived."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, body: dict[str, object] = LONG) -> None:
         super().__init__(daemon=True)
-        self.url = url
+        self.url, self.request = url, orjson.dumps(body)
         self.body = bytearray()
         self.arrivals: list[float] = []
 
@@ -56,7 +65,7 @@ class Reader(threading.Thread):
         try:
             with (
                 httpx.Client(timeout=30) as c,
-                c.stream("POST", self.url, content=orjson.dumps(LONG)) as r,
+                c.stream("POST", self.url, content=self.request) as r,
             ):
                 for chunk in r.iter_raw():
                     now = time.time()
@@ -105,3 +114,56 @@ def test_kill_9_mid_stream_loses_at_most_the_last_flush(
         assert nxt.proc.poll() is None and "running" in status.values()
     finally:
         store.close()
+
+
+def test_sigterm_mid_stream_while_the_store_is_down(sim: Simulator, recorders: Recorders) -> None:
+    """Stopping waits for the store (up to 10 s) while the upstream finishes the stream;
+    what mitmproxy still relays after the recorder's ``done`` passes through uncaptured."""
+    with pg_database() as pg:
+        proc = recorders.start(pg.url, "--mode", f"reverse:{sim.url}")
+        reader = Reader(proc.url + "/v1/chat/completions", {**LONG, "max_tokens": 120})
+        reader.start()
+        wait_for(lambda: len(reader.arrivals) >= 20)
+        with pg.down():
+            proc.proc.send_signal(signal.SIGTERM)
+            time.sleep(1.5)  # the stream (~0.7 s) ends upstream meanwhile
+        assert proc.proc.wait(30) == 0, proc.log.decode()
+        reader.join(30)
+        log = proc.log.decode()
+        assert "capture failed" not in log and "cannot write to" in log, log
+        with Store.open(pg.url, create=False) as store:
+            [x] = store.exchanges()
+            events = store.events(x.id)
+            assert x.state == "interrupted"
+            assert x.error == "recorder stopped before the exchange ended"
+            assert len(events) >= 20
+            assert bytes(reader.body).startswith(b"".join(e.raw for e in events))
+            [run] = Runs(store).all()
+            assert run.stopped_at is not None and run.events_lost == 0
+
+
+def test_after_done_the_rest_of_a_stream_bypasses_its_closed_capture(tmp_path: Path) -> None:
+    """The deterministic core of the test above, in process: real addon, real SQLite."""
+    with warnings.catch_warnings():  # mitmproxy's test helpers import ldap3 and passlib
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from mitmproxy.test import taddons, tflow, tutils
+
+    async def session() -> tuple[Recorder, http.HTTPFlow]:
+        rec = Recorder()
+        with taddons.context(rec) as tctx:
+            tctx.configure(rec, ssetape_db=str(tmp_path / "tape.db"))
+            flow = tflow.tflow()
+            await rec.request(flow)
+            flow.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+            rec.responseheaders(flow)
+            assert callable(flow.response.stream)
+            assert flow.response.stream(b"data: 1\n\n") == b"data: 1\n\n"
+            rec.done()
+        return rec, flow
+
+    rec, flow = asyncio.run(session())
+    assert flow.response is not None and flow.response.stream is True  # mitmproxy relays as is
+    assert rec.exit_line == "ssetape: 1 event in 1 exchange stored, none lost"
+    with Store.open(str(tmp_path / "tape.db"), create=False) as store:
+        [x] = store.exchanges()
+        assert (x.state, x.event_count) == ("interrupted", 1)

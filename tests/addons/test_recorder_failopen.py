@@ -220,7 +220,7 @@ def test_database_locked_for_longer_than_the_busy_timeout(
 ) -> None:
     db = str(tmp_path / "tape.db")
     # SQLite waits 5 s for a lock before it reports an error.
-    stream_through_outage(sim, recorders, db, lambda: locked(db), seconds=6.0, tokens=1000)
+    stream_through_outage(sim, recorders, db, lambda: locked(db), seconds=6.0, tokens=700)
 
 
 def test_postgresql_unavailable_mid_session(sim: Simulator, recorders: Recorders) -> None:

@@ -218,7 +218,8 @@ def _knowledge(db: str) -> list[dict[str, Any]]:
 
 def test_reindex_recomputes_old_rows_after_migration(tape: Tape, tmp_path: Path) -> None:
     db = tmp_path / "old.db"
-    db.write_bytes(Path(tape.db).read_bytes())
+    with sqlite3.connect(tape.db) as src, sqlite3.connect(db) as dst:
+        src.backup(dst)
     before = _knowledge(str(db))
     # The store as ssetape 0.1 left it: schema 0001, no knowledge columns.
     cfg = alembic_config()

@@ -27,7 +27,6 @@ from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
 HOST = socket.gethostname()
-NOW = dt.datetime.now(dt.UTC)
 
 
 def dead_pid() -> int:
@@ -41,11 +40,12 @@ def me() -> str:
 
 
 def test_save_is_an_upsert_and_totals_sum_every_run(store: Store) -> None:
+    now = dt.datetime.now(dt.UTC)
     runs = Runs(store)
-    runs.save("a:1:1", NOW, RunCounts(events_recorded=5))
-    runs.save("a:1:1", NOW, RunCounts(events_recorded=9, events_lost=2, store_errors=1,
+    runs.save("a:1:1", now, RunCounts(events_recorded=5))
+    runs.save("a:1:1", now, RunCounts(events_recorded=9, events_lost=2, store_errors=1,
                                       last_error="OperationalError: disk full"))  # fmt: skip
-    runs.save("b:2:2", NOW, RunCounts(exchanges_recorded=1, exchanges_lost=3), stopped_at=NOW)
+    runs.save("b:2:2", now, RunCounts(exchanges_recorded=1, exchanges_lost=3), stopped_at=now)
     run = runs.get("a:1:1")
     assert run is not None
     assert (run.events_recorded, run.events_lost, run.last_error) == (
@@ -53,7 +53,7 @@ def test_save_is_an_upsert_and_totals_sum_every_run(store: Store) -> None:
         2,
         "OperationalError: disk full",
     )
-    assert run.started_at == NOW and run.stopped_at is None
+    assert run.started_at == now and run.stopped_at is None
     totals = runs.totals()
     assert {k: totals[k] for k in ("events_lost", "exchanges_lost", "store_errors")} == {
         "events_lost": 2,
@@ -82,7 +82,8 @@ def test_who_is_gone() -> None:
     def gone(recorder: str, updated_at: dt.datetime | None, stopped: bool = False) -> bool:
         return recorder_gone(recorder, updated_at, hostname=HOST, stopped=stopped)
 
-    fresh, stale = NOW, NOW - dt.timedelta(seconds=STALE_AFTER + 1)
+    fresh = dt.datetime.now(dt.UTC)
+    stale = fresh - dt.timedelta(seconds=STALE_AFTER + 1)
     # This host: the pid decides, whatever the heartbeat says.
     assert not gone(me(), stale)
     assert gone(f"{HOST}:{dead_pid()}:{int(time.time())}", fresh)
@@ -100,6 +101,14 @@ def test_who_is_gone() -> None:
         34,
     )
     assert pid_alive(os.getpid(), int(time.time()))
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while pid_alive(zombie.pid, int(time.time())) and time.monotonic() < deadline:
+            time.sleep(0.01)  # exits, and stays a zombie until wait() below
+        assert not pid_alive(zombie.pid, int(time.time()))
+    finally:
+        zombie.wait()
 
 
 def test_mark_gone_interrupted_touches_only_gone_recorders(
@@ -108,8 +117,9 @@ def test_mark_gone_interrupted_touches_only_gone_recorders(
     dead = f"{HOST}:{dead_pid()}:{int(time.time())}"
     live_here, live_there, stale_there = me(), "elsewhere:7:1", "elsewhere:8:1"
     runs = Runs(store)
-    runs.save(live_there, NOW, RunCounts())
-    old = NOW - dt.timedelta(seconds=STALE_AFTER + 5)
+    now = dt.datetime.now(dt.UTC)
+    runs.save(live_there, now, RunCounts())
+    old = now - dt.timedelta(seconds=STALE_AFTER + 5)
     runs.save(stale_there, old, RunCounts(), now=old)
     rows = {
         "dead": exchange_fields(recorder=dead),
