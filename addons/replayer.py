@@ -29,7 +29,7 @@ from ssetape.addon_options import (
     redactor_for,
 )
 from ssetape.redactor import Redactor
-from ssetape.replay_index import Miss, ReplayIndex
+from ssetape.replay_index import INLINE_BODY, Miss, ReplayIndex
 
 log = logging.getLogger("ssetape.replayer")
 
@@ -180,9 +180,18 @@ class Replayer:
         t0 = req.timestamp_end or time.time()
         index = self.index
         try:
-            found = await asyncio.to_thread(
-                index.lookup, req.method, req.host, req.path, req.raw_content
-            )
+            # A known request with a small body is matched right here, as the direct
+            # replay server does: a hop through a worker thread per request queues up
+            # behind the others under a burst of hundreds of streams.
+            found = None
+            if len(req.raw_content or b"") <= INLINE_BODY:
+                found = index.lookup(
+                    req.method, req.host, req.path, req.raw_content, may_query=False
+                )
+            if found is None:
+                found = await asyncio.to_thread(
+                    index.lookup, req.method, req.host, req.path, req.raw_content
+                )
         except Exception as e:  # never forward what should have been replayed
             log.exception("ssetape: replay lookup failed")
             found = Miss(f"ssetape could not look this request up: {type(e).__name__}: {e}", [])

@@ -18,12 +18,11 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from ssetape.replay_index import ReplayIndex
+from ssetape.replay_index import INLINE_BODY, ReplayIndex
 from ssetape.storage.store import Store
 from ssetape.timed_server import TimedServer, error_response
 
 log = logging.getLogger("ssetape.replay_front")
-INLINE_BODY = 64 * 1024
 PRELOAD = 256  # recordings loaded at start (the timed server's cache size)
 
 

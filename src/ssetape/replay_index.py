@@ -22,6 +22,10 @@ from ssetape.storage.store import Store
 REPLAYABLE_STATES = ("completed", "truncated", "aborted", "interrupted")
 NEAREST = 3
 
+# Bodies up to this size are hashed on the event loop when looking up known requests;
+# bigger ones (and lookups that need the database) go to a worker thread.
+INLINE_BODY = 64 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Miss:
