@@ -1,4 +1,5 @@
-"""The record path on PostgreSQL through the command line: record, list, show, replay.
+"""The record path on PostgreSQL through the command line: record, list, show, replay,
+stats, export and import.
 
 ~12 s: four real `ssetape` processes, each ~2.5 s of imports on this machine.
 """
@@ -59,3 +60,26 @@ def test_record_list_show_replay_on_postgresql(
             assert (status, replayed) == (200, direct)
         finally:
             assert rep.stop() == 0, rep.log.decode()
+
+        # stats, export and import on PostgreSQL too (in process: no mitmproxy needed).
+        from click.testing import CliRunner
+
+        from ssetape.cli import main
+
+        def cli(*args: str) -> str:
+            r = CliRunner().invoke(main, list(args), catch_exceptions=False)
+            assert r.exit_code == 0, r.output
+            return r.stdout
+
+        [group] = orjson.loads(cli("stats", "--db", url, "--json"))
+        assert (group["count"], group["errors"]) == (1, 0)
+        assert detail["outcome"] == "completed" and detail["api"] == "chat_completions"
+        tape = tmp_path / "pg.jsonl"
+        cli("export", "--db", url, "-o", str(tape))
+        assert tape.stat().st_mode & 0o777 == 0o600
+        with pg_schema() as other:
+            cli("import", str(tape), "--db", other)
+            [copy] = orjson.loads(cli("list", "--db", other, "--json"))
+            assert {k: copy[k] for k in ("url", "event_count", "outcome", "usage")} == {
+                k: row[k] for k in ("url", "event_count", "outcome", "usage")
+            }
