@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,8 @@ from sqlalchemy import func, select
 from ssetape.storage.models import Event
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
+
+from bench.bench_record import free_port, wait_port
 
 BIN = Path(sys.executable).parent
 EVENT = (
@@ -96,23 +97,6 @@ def serve(port: int) -> None:
 
 
 # -- processes and sampling ----------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def rss_mib(pid: int) -> float:

@@ -8,16 +8,14 @@ fresh schema of its own, dropped afterwards, so runs never see each other.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from ssetape.storage.store import Store
+
+from tests.addons.stores import pg_schema
 
 PG_ENV = "SSETAPE_TEST_PG_URL"
 
@@ -27,31 +25,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(f"{PG_ENV} not set: PostgreSQL tests need a server")
-    schema = f"ssetape_test_{secrets.token_hex(6)}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        # application_name tags this test's sessions for the cleanup below.
-        url = make_url(base).update_query_dict(
-            {"options": f"-csearch_path={schema}", "application_name": schema}
-        )
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            # Leftover sessions of a failed test must not block the cleanup.
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = :app"
-                ),
-                {"app": schema},
-            )
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    with pg_schema() as url:  # a fresh schema, dropped afterwards (skips without a server)
+        yield url
 
 
 @pytest.fixture
