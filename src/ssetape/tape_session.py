@@ -139,7 +139,7 @@ class TapeSession:
                 keys = ", ".join(f"{k} (line {n})" for k, n in sorted(report.ignored.items()))
                 warnings.warn(f"{self.cassette}: ignored unknown field(s) {keys}", stacklevel=1)
         if self.replaying:
-            # Any key will do: masks compare key-free (CassetteIndex).
+            # Any key will do: masks compare key-free (redactor.unmask).
             redactor = Redactor(secrets.token_bytes(32), headers=self.redact_headers, fields=fields)
             self._index = CassetteIndex(
                 store, redactor, ignore=self.ignore_fields, match_host=self.match_host
