@@ -161,5 +161,5 @@ def demo(db: str | None) -> None:
             store.close()
         console.print(
             f"[bold]{len(rows)}[/] exchanges recorded and replayed. Try: ssetape record --port "
-            "8080, then ssetape list / show ID, and ssetape replay --port 8080."
+            "8080, then ssetape list, show ID --timeline, stats, and ssetape replay --port 8080."
         )
