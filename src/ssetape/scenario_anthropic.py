@@ -13,17 +13,16 @@ from typing import Any
 
 import orjson
 
+from ssetape.scenario_script import Script, sse
 from ssetape.scenarios import (
     TOKEN_GAP,
     TTFB,
     Plan,
     Scenario,
-    Script,
     answer_tokens,
     error_response,
     json_plan,
     pieces,
-    sse,
     stream_plan,
     tool_arguments,
     word_tokens,

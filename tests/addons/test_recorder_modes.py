@@ -40,8 +40,13 @@ def test_https_forward_proxy_with_the_ca(
     assert proc.stop() == 0
     store = Store.open(proc.db, create=False)
     (x,) = store.exchanges()
-    assert (x.scheme, x.host, x.state) == ("https", "localhost", "completed")
+    assert (x.scheme, x.host) == ("https", "localhost")
     assert [e.data for e in store.events(x.id)][-1] == "[DONE]"
+    # The SDK closes the connection once it has read [DONE]; when that beats the end of the
+    # chunked body to the proxy, the transport state is "aborted" (which is true), while
+    # the stream itself ended properly: the outcome says so either way.
+    assert x.state in ("completed", "aborted")
+    assert (x.outcome, x.outcome_reason) == ("completed", "stop")
     store.close()
 
 

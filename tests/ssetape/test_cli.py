@@ -121,3 +121,33 @@ def test_simulate_describes_its_scenarios() -> None:
     assert r.returncode == 0
     for keyword in ("error", "cut", "pause", "refusal", "gzip", "chat/completions", "messages"):
         assert keyword in r.stdout
+
+
+def test_record_and_replay_listen_on_loopback_unless_told(
+    sim: Simulator, ssetape_proc: Callable[..., Proc]
+) -> None:
+    import socket
+
+    for command in ("record", "replay"):
+        proc = ssetape_proc(command, "--mode", f"reverse:{sim.url}")
+        assert proc.url.startswith("http://127.0.0.1:"), proc.url
+        port = int(proc.url.rsplit(":", 1)[1])
+        # Bound to loopback only: the machine's other addresses do not answer.
+        others = {a for a in [_outbound_address()] if a and not a.startswith("127.")}
+        for addr in others:
+            with socket.socket() as s:
+                s.settimeout(1)
+                assert s.connect_ex((addr, port)) != 0, f"{command} answers on {addr}"
+        assert proc.stop() == 0
+
+
+def _outbound_address() -> str | None:
+    """This machine's address on its default route (a UDP connect sends nothing)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.123", 9))
+        except OSError:
+            return None
+        return str(s.getsockname()[0])
