@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, Select, Table, or_
 
 from ssetape.cassette import MAX_BYTES, MAX_LINE_BYTES, Cassette, CassetteError, Narrow
 from ssetape.cassette import Progress as ProgressFn
-from ssetape.filters import Filters
+from ssetape.filters import Filters, TimeParam
 from ssetape.proxy_commands import db_option, open_db, shown
 from ssetape.storage.models import EXCHANGE_STATES, Exchange
 
@@ -41,19 +41,6 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
         raise click.BadParameter(f"{value!r} is not a size (e.g. 1048576, 64MiB, 2G)")
     unit = (m.group(2) or "b")[0].lower()
     return int(m.group(1)) * {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
-
-
-def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> dt.datetime | None:
-    if value is None:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not an ISO 8601 time (e.g. 2025-01-31T12:00)"
-        ) from None
-    # Naive times are UTC, as `ssetape list` shows them.
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
 
 @contextlib.contextmanager
@@ -124,7 +111,9 @@ def _narrow(
 @click.option(
     "--state", "states", multiple=True, type=click.Choice(EXCHANGE_STATES), help="(repeatable)"
 )
-@click.option("--until", callback=_when, help="Only started before this (ISO 8601; naive = UTC).")
+@click.option(
+    "--until", type=TimeParam(), help="Only started before this: 30m, 1h, 2d ago or a date."
+)
 @Filters.options
 def export_cmd(
     db: str,

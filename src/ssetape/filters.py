@@ -36,8 +36,10 @@ def parse_since(text: str, now: dt.datetime | None = None) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
-class _Since(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
-    name = "SINCE"
+class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
+    """A time option: a duration ago (30m, 1h, 2d) or an ISO date/time (naive = UTC)."""
+
+    name = "TIME"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, dt.datetime):
@@ -89,7 +91,7 @@ class Filters:
             click.option("--model", help="Only this model (exact or prefix)."),
             click.option("--outcome", help="Only this outcome (completed, error, refused, ...)."),
             click.option(
-                "--since", type=_Since(), help="Only since a time: 30m, 1h, 2d or 2026-11-01."
+                "--since", type=TimeParam(), help="Only since a time: 30m, 1h, 2d or 2026-11-01."
             ),
             click.option(
                 "--grep", metavar="TEXT", help="Only where the output text or path has TEXT."

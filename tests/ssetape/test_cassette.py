@@ -25,6 +25,7 @@ from ssetape.cassette_index import CassetteIndex
 from ssetape.redactor import Redactor
 from ssetape.simulator import Simulator
 from ssetape.sse import SseParser
+from tests.addons.stores import pg_schema
 from tests.conftest import SIM_SPEED, SSETAPE, Proc, start_ssetape
 
 SECRET_QUERY = "hunter2-query-secret"
@@ -400,6 +401,9 @@ def test_cli_filters_and_stdout(recorded: tuple[str, Path], tmp_path: Path) -> N
         main, ["export", "--db", str(db), "-o", "-", "--id", exchanges[0]["uid"]]
     )
     assert r2.stdout.count('"kind":"exchange"') == 1
+    for until, count in (("2000-01-01", 0), ("0m", len(CALLS))):  # "0m": started before now
+        r2 = CliRunner().invoke(main, ["export", "--db", str(db), "-o", "-", "--until", until])
+        assert r2.stdout.count('"kind":"exchange"') == count, r2.output
 
 
 def test_bytes_are_text_when_utf8_else_base64(tmp_path: Path) -> None:
@@ -412,22 +416,8 @@ def test_bytes_are_text_when_utf8_else_base64(tmp_path: Path) -> None:
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh schema on the PostgreSQL server of $SSETAPE_TEST_PG_URL, dropped afterwards."""
-    base = os.environ.get("SSETAPE_TEST_PG_URL")
-    if not base:
-        pytest.skip("SSETAPE_TEST_PG_URL not set: PostgreSQL tests need a server")
-    from sqlalchemy import create_engine, make_url, text
-
-    schema = f"ssetape_cassette_{os.urandom(6).hex()}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    with pg_schema() as url:
+        yield url
 
 
 def test_round_trip_through_postgresql(
