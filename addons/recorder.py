@@ -1,17 +1,16 @@
 """mitmproxy addon that records every exchange, and every SSE event with its arrival time.
 
 Load it into plain mitmproxy with ``mitmdump -s addons/recorder.py --set ssetape_db=tape.db``.
-Nothing here blocks the event loop: rows go to the store's writer thread through a queue, and
-large request bodies are redacted and fingerprinted in a worker thread.
+Nothing here blocks the event loop, and little runs on it: the stream callable only stamps each
+chunk and hands it to the recording process (``RecordLink``), which parses and stores; large
+request bodies are redacted and fingerprinted in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,14 +18,11 @@ from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
-from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store
-from ssetape.storage.writer import Writer
 
-from ssetape.addon_options import add_store_options, open_store, redactor_for
-from ssetape.capture import Capture
-from ssetape.indexer import Indexer
+from ssetape.addon_options import add_store_options, default_db, open_store, redactor_for
 from ssetape.matching import canonical_request, fingerprint
+from ssetape.record_link import RecordLink
 from ssetape.redactor import Redactor
 
 log = logging.getLogger("ssetape.recorder")
@@ -65,14 +61,9 @@ def _n(count: int, word: str) -> str:
 class Recorder:
     def __init__(self) -> None:
         self.store: Store | None = None
-        self.writer: Writer | None = None
-        self.reporter: RunReporter | None = None
+        self.link: RecordLink | None = None
         self.redactor: Redactor | None = None
-        self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
         self.inflight: dict[str, http.HTTPFlow] = {}
-        self.captures: dict[str, Capture] = {}
-        self.capture_failures = 0
-        self.hook_failures = 0
         # The counts line logged when the recorder stops; ``exit_warned``: it was a warning
         # (something was lost), so `ssetape record` need not print it again.
         self.exit_line: str | None = None
@@ -99,20 +90,15 @@ class Recorder:
             return
         if self.store is None or "ssetape_db" in updated:
             self._close()
+            # Opened here too: a bad target is an option error, and migrations run once.
             self.store = open_store(ctx.options.ssetape_db)
-            # Stream knowledge is derived in the writer's thread, off the event loop.
-            self.writer = Writer(
-                self.store,
-                on_finished=Indexer(self.store).index,
+            self.link = RecordLink(
+                ctx.options.ssetape_db or default_db(),
                 max_pending=max(1, ctx.options.ssetape_max_pending),
+                # Beside the replayer, a replay-only session must leave its tape untouched.
+                active="ssetape_record_mode" not in ctx.options,
             )
-            self.writer.start()
-            self.reporter = RunReporter(
-                Runs(self.store), self.recorder_id, self._counts_of(self.writer)
-            )
-            # Beside the replayer, a replay-only session must leave its tape untouched:
-            # the run row appears with the first recorded exchange.
-            self.reporter.start(active="ssetape_record_mode" not in ctx.options)
+            self.link.start()
             self.redactor = None
             log.info("ssetape: recording to %s", self.store.url)
         if self.redactor is None or updated & {"ssetape_redact_header", "ssetape_redact_field"}:
@@ -121,7 +107,7 @@ class Recorder:
             )
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        if self.writer is None or self.redactor is None or not ctx.options.ssetape_record:
+        if self.link is None or self.redactor is None or not ctx.options.ssetape_record:
             return
         if flow.response is not None or REPLAYED in flow.metadata:  # served by the replayer
             return
@@ -135,14 +121,12 @@ class Recorder:
             else:
                 fields.update(self._body_fields(req))
         except Exception:  # never let a recording bug touch the traffic
-            self.hook_failures += 1
+            self.link.note_lost_exchange()
             log.exception("ssetape: cannot record %s %s; traffic continues", req.method, req.host)
             return
         flow.metadata[META] = {"uid": uid, "t0": t0}
         self.inflight[uid] = flow
-        self.writer.begin(uid, **fields)
-        if self.reporter is not None:
-            self.reporter.activate()
+        self.link.begin(uid, fields)
 
     def _request_fields(self, flow: http.HTTPFlow, t0: float) -> dict[str, Any]:
         assert self.redactor is not None
@@ -155,7 +139,6 @@ class Recorder:
             "port": req.port,
             "http_version": req.http_version,
             "request_headers": self.redactor.headers_list(req.headers.items(multi=True)),
-            "recorder": self.recorder_id,
         }
 
     def _body_fields(self, req: http.Request) -> dict[str, Any]:
@@ -177,31 +160,45 @@ class Recorder:
         if resp is None:
             return
         streamed = is_streamed(resp)
-        if meta is None or self.writer is None or self.redactor is None:
+        if meta is None or self.link is None or self.redactor is None:
             # Not recording this one: still never hold a stream back (mitmproxy would buffer
             # it whole). Replayed responses are the replayer's to stream.
             if streamed and REPLAYED not in flow.metadata and not resp.stream:
                 resp.stream = True
             return
         uid = meta["uid"]
-        self.writer.update(
+        self.link.update(
             uid,
-            status=resp.status_code,
-            reason=resp.reason,
-            response_headers=self.redactor.headers_list(resp.headers.items(multi=True)),
-            ttfb_us=round((resp.timestamp_start - meta["t0"]) * 1_000_000),
-            is_stream=streamed,
+            {
+                "status": resp.status_code,
+                "reason": resp.reason,
+                "response_headers": self.redactor.headers_list(resp.headers.items(multi=True)),
+                "ttfb_us": round((resp.timestamp_start - meta["t0"]) * 1_000_000),
+                "is_stream": streamed,
+            },
         )
         if streamed:
-            capture = Capture(
+            self.link.stream(
                 uid,
-                meta["t0"],
-                self.writer,
                 sse=resp.headers.get("content-type", "").lower().startswith("text/event-stream"),
                 encoding=resp.headers.get("content-encoding", ""),
             )
-            self.captures[uid] = capture
-            resp.stream = capture
+            resp.stream = self._stamper(self.link, uid, meta["t0"])
+            meta["streamed"] = True
+
+    @staticmethod
+    def _stamper(link: RecordLink, uid: str, t0: float) -> Callable[[bytes], bytes]:
+        """The stream callable: each chunk passes unchanged and at once, stamped on its way."""
+
+        def stamp(data: bytes) -> bytes:
+            if data:
+                try:
+                    link.chunk(uid, round((time.time() - t0) * 1_000_000), data)
+                except Exception:  # never let a recording bug touch the traffic
+                    log.exception("ssetape: cannot record a chunk of %s; traffic continues", uid)
+            return data
+
+        return stamp
 
     def response(self, flow: http.HTTPFlow) -> None:
         self._finish(flow, "completed")
@@ -212,24 +209,19 @@ class Recorder:
 
     def _finish(self, flow: http.HTTPFlow, state: str, error: str | None = None) -> None:
         meta = flow.metadata.pop(META, None)
-        if meta is None or self.writer is None:
+        if meta is None or self.link is None:
             return
         uid = meta["uid"]
         self.inflight.pop(uid, None)
+        now = round((time.time() - meta["t0"]) * 1_000_000)
         fields: dict[str, object] = {"state": state, "error": error}
-        capture = self.captures.pop(uid, None)
-        if capture is not None:
-            capture.close()
-            if capture.error is not None:
-                self.capture_failures += 1
-                fields["error"] = "; ".join(filter(None, [error, capture.error]))
         resp = flow.response
         if resp is not None:
-            end = resp.timestamp_end or time.time()
-            fields["duration_us"] = round((end - meta["t0"]) * 1_000_000)
-            if capture is None and state == "completed":
+            end = resp.timestamp_end
+            fields["duration_us"] = round((end - meta["t0"]) * 1_000_000) if end else now
+            if not meta.get("streamed") and state == "completed":
                 fields["response_body"] = resp.raw_content
-        self.writer.finish(uid, **fields)
+        self.link.finish(uid, now, fields)
 
     def done(self) -> None:
         for flow in list(self.inflight.values()):
@@ -240,59 +232,46 @@ class Recorder:
             self._finish(flow, "interrupted", "recorder stopped before the exchange ended")
         self._close()
 
-    def _counts_of(self, writer: Writer) -> Callable[[], RunCounts]:
-        def counts() -> RunCounts:  # called in the reporter's thread
-            st = writer.stats
-            return RunCounts(
-                exchanges_recorded=st.exchanges,
-                events_recorded=st.events,
-                # Requests the recorder failed on, plus exchange rows the writer dropped
-                # (WriterStats.dropped_exchanges, where the writer counts them).
-                exchanges_lost=self.hook_failures + st.dropped_exchanges,
-                events_lost=st.dropped_events,
-                store_errors=st.failed_batches,
-                last_error=st.last_error,
-            )
-
-        return counts
-
     def _close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            saved = True
-            if self.reporter is not None:
-                # After the writer: the final counts include what it gave up on.
-                saved = self.reporter.stop() or not self.reporter.active
-            self._log_counts(self._counts_of(self.writer)(), saved)
-            self.writer = None
-            self.reporter = None
+        if self.link is not None:
+            final = self.link.close()
+            self._log_counts(final, self.link)
+            self.link = None
         if self.store is not None:
             self.store.close()
             self.store = None
 
-    def _log_counts(self, c: RunCounts, saved: bool) -> None:
+    def _log_counts(self, final: dict[str, Any] | None, link: RecordLink) -> None:
         """One line with what was stored and lost: a warning if anything was lost."""
-        parts = [
-            f"ssetape: {_n(c.events_recorded, 'event')} in "
-            f"{_n(c.exchanges_recorded, 'exchange')} stored"
-        ]
-        bad = c.events_lost or c.exchanges_lost or c.store_errors or self.capture_failures
-        if bad:
-            parts.append(
-                f"{_n(c.events_lost, 'event')} and {_n(c.exchanges_lost, 'exchange')} lost"
+        if final is None:
+            self.exit_line = (
+                f"ssetape: the recording process did not report its counts; "
+                f"{_n(link.lost_exchanges, 'exchange')} known lost (see the errors above)"
             )
-            if self.capture_failures:
-                parts.append(f"{_n(self.capture_failures, 'stream')} not parsed")
-            if c.store_errors:
-                parts.append(f"{_n(c.store_errors, 'failed write')} (last: {c.last_error})")
-        elif self.reporter is not None and not self.reporter.active:
+            self.exit_warned = True
+            log.warning(self.exit_line)
+            return
+        events, exchanges = final["events_recorded"], final["exchanges_recorded"]
+        parts = [f"ssetape: {_n(events, 'event')} in {_n(exchanges, 'exchange')} stored"]
+        events_lost, exchanges_lost = final["events_lost"], final["exchanges_lost"]
+        unparsed, store_errors = final["capture_failures"], final["store_errors"]
+        bad = events_lost or exchanges_lost or store_errors or unparsed or link.restarts
+        if bad:
+            parts.append(f"{_n(events_lost, 'event')} and {_n(exchanges_lost, 'exchange')} lost")
+            if unparsed:
+                parts.append(f"{_n(unparsed, 'stream')} not parsed")
+            if store_errors:
+                parts.append(f"{_n(store_errors, 'failed write')} (last: {final['last_error']})")
+            if link.restarts:
+                parts.append(f"recording process restarted {_n(link.restarts, 'time')}")
+        elif not final["active"]:
             return  # beside the replayer, nothing was recorded: nothing to report
         else:
             parts.append("none lost")
-        if not saved and self.reporter is not None:
-            parts.append(f"counts not saved to the store ({self.reporter.last_failure})")
+        if not final["saved"]:
+            parts.append(f"counts not saved to the store ({final['last_failure']})")
         self.exit_line = ", ".join(parts)
-        self.exit_warned = bool(bad) or not saved
+        self.exit_warned = bool(bad) or not final["saved"]
         log.log(logging.WARNING if self.exit_warned else logging.INFO, self.exit_line)
 
 

@@ -100,11 +100,18 @@ def serve(port: int) -> None:
 
 
 def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    """RSS of a proxy and its child processes (ssetape's recording process), summed."""
+    total = 0.0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:  # it just exited
+        return total
+    return total + sum(rss_mib(c) for c in children)
 
 
 @contextmanager

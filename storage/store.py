@@ -187,8 +187,11 @@ class Store:
     # -- opening ---------------------------------------------------------------
 
     @classmethod
-    def open(cls, target: str, *, create: bool = True) -> Self:
-        """Open (and migrate) the store at an SQLAlchemy URL or an SQLite file path."""
+    def open(cls, target: str, *, create: bool = True, migrate: bool = True) -> Self:
+        """Open (and migrate) the store at an SQLAlchemy URL or an SQLite file path.
+
+        ``migrate=False``: the caller knows it is migrated; nothing connects until first use
+        (a recording process must start even while its database is down)."""
         url, path = _resolve_target(target)
         if path is not None:
             _prepare_sqlite_file(path, create=create)
@@ -203,6 +206,8 @@ class Store:
         except (ArgumentError, TypeError, ValueError) as exc:
             raise StoreError(f"invalid database URL {where}: {one_line(exc)}") from None
         store = cls(engine, url, path)
+        if not migrate:
+            return store
         try:
             store._migrate()
         except StoreError:

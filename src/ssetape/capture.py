@@ -1,14 +1,12 @@
 """Capture of one streamed response body: decode, parse, timestamp, hand to the writer.
 
-Runs inside mitmproxy's stream callable, i.e. on the proxy's event loop: it does only cheap
-in-memory work and queue puts, and it never raises, so a parsing bug can never disturb the
-bytes the client receives.
+Runs in the recording process (``ssetape.record_worker``), fed the chunks the proxy stamped
+as it relayed them. It never raises: a stream it cannot parse is recorded as such.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import zlib
 from collections.abc import Callable
 from typing import Protocol
@@ -44,26 +42,15 @@ def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
 
 
 class Capture:
-    """Turns the wire chunks of one response into timestamped event rows.
+    """Turns the wire chunks of one response into event rows, stamped by the caller.
 
-    ``t0`` is the wall-clock time (``time.time()``) at which the proxy had the whole request;
-    offsets are integer microseconds from it.
+    Offsets are integer microseconds from the moment the proxy had the whole request; the
+    proxy measures them as each chunk passes, so the time spent here does not shift them.
     """
 
-    def __init__(
-        self,
-        uid: str,
-        t0: float,
-        sink: EventSink,
-        *,
-        sse: bool,
-        encoding: str = "",
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, uid: str, sink: EventSink, *, sse: bool, encoding: str = "") -> None:
         self.uid = uid
-        self.t0 = t0
         self._sink = sink
-        self._clock = clock
         self._parser = SseParser() if sse else None
         self._seq = 0
         self._chunk_seq = 0
@@ -74,19 +61,17 @@ class Capture:
             self._decode = _decoder(encoding)
         except ValueError as e:
             self._decode = None
-            self._fail(str(e))
+            self.fail(str(e))
 
-    def __call__(self, data: bytes) -> bytes:
-        """The mitmproxy stream callable: hands ``data`` on unchanged, whatever happens."""
+    def feed(self, data: bytes, offset: int) -> None:
+        """One chunk as it arrived ``offset`` µs in; never raises."""
         if data and self.error is None:
             try:
-                self._feed(data)
+                self._feed(data, offset)
             except Exception as e:
-                self._fail(f"{type(e).__name__}: {e}")
-        return data
+                self.fail(f"{type(e).__name__}: {e}")
 
-    def _feed(self, data: bytes) -> None:
-        offset = round((self._clock() - self.t0) * 1_000_000)
+    def _feed(self, data: bytes, offset: int) -> None:
         if self._decode is not None:
             self._sink.add_chunks(
                 self.uid, [{"seq": self._chunk_seq, "offset_us": offset, "data": data}]
@@ -100,15 +85,14 @@ class Capture:
         else:
             self._emit(self._parser.feed(data), offset)
 
-    def close(self) -> None:
-        """End of stream (clean or not): flush what the parser still holds."""
+    def close(self, offset: int) -> None:
+        """End of stream (clean or not) at ``offset``: flush what the parser still holds."""
         if self._parser is None or self.error is not None:
             return
         try:
-            offset = round((self._clock() - self.t0) * 1_000_000)
             self._emit(self._parser.close(), offset)
         except Exception as e:
-            self._fail(f"{type(e).__name__}: {e}")
+            self.fail(f"{type(e).__name__}: {e}")
 
     def _emit(self, events: list[SseEvent], offset: int) -> None:
         if not events:
@@ -147,6 +131,6 @@ class Capture:
             self.first_event_us = offset
         self.event_count += n
 
-    def _fail(self, message: str) -> None:
+    def fail(self, message: str) -> None:
         self.error = f"capture failed: {message}"
         log.warning("ssetape: %s (exchange %s); traffic continues unrecorded", self.error, self.uid)

@@ -139,6 +139,28 @@ def kill9(proc: Proc) -> float:
     return t
 
 
+def recording_process(proc: Proc) -> int:
+    """The pid of a running `ssetape record`'s recording process (its only child)."""
+    me = str(proc.proc.pid)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after it.
+            if stat.read_text().rpartition(")")[2].split()[1] == me:
+                return int(stat.parent.name)
+    raise AssertionError(f"ssetape record {me} has no recording process")
+
+
+def kill9_all(proc: Proc) -> float:
+    """SIGKILL to the proxy and its recording process at once, as the OOM killer or
+    `kill -9 -PGID` would: the recording process is frozen first so that it cannot save
+    anything after the proxy's end."""
+    child = recording_process(proc)
+    os.kill(child, signal.SIGSTOP)
+    t = kill9(proc)
+    os.kill(child, signal.SIGKILL)
+    return t
+
+
 def wait_for(check: Callable[[], Any], timeout: float = 10.0, every: float = 0.05) -> Any:
     """Poll ``check`` until it returns something truthy; that value, or fail."""
     deadline = time.monotonic() + timeout

@@ -1,8 +1,10 @@
 """Recorders that stop mid-stream.
 
-`kill -9` of a real `ssetape record`: nothing but the last flush is lost, the store opens
-cleanly, and the next recorder marks the orphaned exchange ``interrupted``. SIGTERM while
-the store is down: the recorder waits for it, keeps what came and marks it ``interrupted``.
+`kill -9` of a real `ssetape record`: its recording process stores all it was handed and
+marks the exchange ``interrupted``. `kill -9` of both: nothing but the last flush is lost,
+the store opens cleanly, and the next recorder marks the orphaned exchange ``interrupted``.
+SIGTERM while the store is down: the recorder waits for it, keeps what came and marks it
+``interrupted``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -21,12 +23,22 @@ import pytest
 from mitmproxy import http
 from sqlalchemy import text
 from ssetape.addons.recorder import Recorder
+from ssetape.storage.models import Event, Exchange
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
 
+from ssetape.record_worker import PROXY_GONE
 from ssetape.simulator import Simulator
 from ssetape.sse import SseParser
-from tests.addons.stores import Recorders, kill9, pg_database, store_target, wait_for
+from tests.addons.stores import (
+    Recorders,
+    kill9,
+    kill9_all,
+    pg_database,
+    store_target,
+    wait_for,
+)
+from tests.conftest import Proc
 
 # Long enough (~10 s at the test simulator's speed) to be killed in the middle.
 LONG = {
@@ -75,35 +87,55 @@ class Reader(threading.Thread):
             pass  # the proxy was killed: expected
 
 
-def test_kill_9_mid_stream_loses_at_most_the_last_flush(
-    sim: Simulator, recorders: Recorders, db: str
-) -> None:
+def kill_mid_stream(
+    sim: Simulator, recorders: Recorders, db: str, kill: Callable[[Proc], float]
+) -> tuple[Store, Exchange, list[Event], Reader]:
+    """A long stream through a recorder that ``kill`` ends; the store and what it holds."""
     proc = recorders.start(db, "--mode", f"reverse:{sim.url}")
     reader = Reader(proc.url + "/v1/chat/completions")
     reader.start()
     wait_for(lambda: len(reader.arrivals) >= 40)
     time.sleep(0.3)
-    killed_at = kill9(proc)
+    killed_at = kill(proc)
     reader.join(30)
-    received = bytes(reader.body)
-
     store = Store.open(db, create=False)  # opens (and migrates) cleanly after the crash
-    try:
-        if store.is_sqlite:
-            with store.engine.connect() as conn:
-                assert conn.execute(text("PRAGMA integrity_check")).scalar() == "ok"
-        [x] = store.exchanges()
-        assert x.state == "recording", proc.log.decode()
-        events = store.events(x.id)
-        stored = b"".join(e.raw for e in events)
-        assert received.startswith(stored)
-        assert [e.seq for e in events] == list(range(len(events)))
-        # Every event the client had FLUSH_WINDOW before the kill was committed: the
-        # recorder saw it no later than the client did.
-        due = sum(1 for t in reader.arrivals if t <= killed_at - FLUSH_WINDOW)
-        assert len(events) >= due > 0, (len(events), due, len(reader.arrivals))
-        assert x.event_count == len(events)
+    if store.is_sqlite:
+        with store.engine.connect() as conn:
+            assert conn.execute(text("PRAGMA integrity_check")).scalar() == "ok"
+    [x] = wait_for(lambda: [x for x in store.exchanges() if x.state != "recording"] or
+                   (kill is kill9_all and store.exchanges()))  # fmt: skip
+    events = store.events(x.id)
+    assert bytes(reader.body).startswith(b"".join(e.raw for e in events))
+    assert [e.seq for e in events] == list(range(len(events))) and x.event_count == len(events)
+    # Every event the client had FLUSH_WINDOW before the kill was committed: the
+    # recorder saw it no later than the client did.
+    due = sum(1 for t in reader.arrivals if t <= killed_at - FLUSH_WINDOW)
+    assert len(events) >= due > 0, (len(events), due, len(reader.arrivals))
+    return store, x, events, reader
 
+
+def test_kill_9_of_the_proxy_keeps_all_it_relayed(
+    sim: Simulator, recorders: Recorders, db: str
+) -> None:
+    """The recording process outlives the proxy: it stores what it was handed and closes
+    the exchange itself, so nothing waits for the next recorder's sweep."""
+    store, x, events, reader = kill_mid_stream(sim, recorders, db, kill9)
+    try:
+        assert (x.state, x.error) == ("interrupted", PROXY_GONE)
+        # Everything the proxy relayed up to its last hand-over (a few ms) is stored.
+        assert len(events) >= len(reader.arrivals) - 5, (len(events), len(reader.arrivals))
+        [run] = Runs(store).all()
+        assert run.stopped_at is not None and run.events_recorded == len(events)
+    finally:
+        store.close()
+
+
+def test_kill_9_of_proxy_and_recorder_loses_at_most_the_last_flush(
+    sim: Simulator, recorders: Recorders, db: str
+) -> None:
+    store, x, events, _ = kill_mid_stream(sim, recorders, db, kill9_all)
+    try:
+        assert x.state == "recording"
         # The next recorder on this store finds the orphan: its recorder's pid is gone.
         nxt = recorders.start(db, "--mode", f"reverse:{sim.url}")
         wait_for(lambda: store.exchange(x.id).state == "interrupted")  # type: ignore[union-attr]

@@ -1,0 +1,309 @@
+"""The proxy's end of the recording process (``ssetape.record_worker``).
+
+Parsing and storing cost CPU that, in the proxy's own process, would hold the interpreter
+lock the event loop needs to relay bytes. So the proxy only stamps each chunk and appends it
+to a batch here; every few milliseconds the batch is pickled and written to the recording
+process's stdin, without ever blocking: what the pipe does not take waits in a bounded buffer,
+drained when the pipe is writable again. Past that bound new chunks are dropped, counted, and
+their exchange marked as not fully recorded, never slowing the traffic.
+
+If the recording process dies, the exchanges it had in flight are counted as lost, a new one
+is started (backing off if it keeps dying), and traffic is untouched throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any
+
+import orjson
+
+log = logging.getLogger("ssetape.recorder")
+
+HEADER = struct.Struct(">I")  # the length of each pickled batch
+FLUSH_DELAY = 0.005  # a batch waits at most this long; the store flushes every 100 ms anyway
+FLUSH_BYTES = 256 * 1024
+PIPE_SIZE = 1 << 20
+_RESTART_FIRST, _RESTART_MAX = 1.0, 60.0
+
+
+class _Child:
+    """One recording process and the thread that reads its reports."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ssetape.record_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin = self.proc.stdin
+        self.fd = self.stdin.fileno()
+        os.set_blocking(self.fd, False)
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; the default works
+            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        self.open: set[str] = set()  # exchanges it has begun and not finished
+        self.final: dict[str, Any] | None = None
+        self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
+        self.reader = threading.Thread(
+            target=self._read, args=(self.proc.stdout,), name="ssetape-link", daemon=True
+        )
+        self.reader.start()
+
+    def _read(self, out: IO[bytes]) -> None:
+        for line in out:
+            try:
+                msg = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if "log" in msg:
+                name, level, text = msg["log"]
+                logging.getLogger(name).log(level, text)
+            elif "final" in msg:
+                self.final = msg["final"]
+        self.ended.set()
+
+
+class RecordLink:
+    def __init__(self, db: str, *, max_pending: int, active: bool, max_buffer: int = 0) -> None:
+        self._cfg = {"db": db, "max_pending": max_pending, "active": active}
+        # Roughly what the store's own queue may hold (rows of ~1 KiB), in bytes of pipe data.
+        self._max_buffer = max_buffer or max(PIPE_SIZE, min(max_pending, 1 << 18) * 1024)
+        self._child: _Child | None = None
+        self._batch: list[tuple[Any, ...]] = []
+        self._batch_bytes = 0
+        self._out = bytearray()  # framed batches the pipe has not taken yet
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watching = False
+        self._gaps: dict[str, int] = {}  # bytes dropped per exchange since the last batch
+        self._orphans: set[str] = set()  # exchanges begun in a process that died
+        self._restart_at = 0.0
+        self._backoff = _RESTART_FIRST
+        self._closing = False
+        self._lost_dirty = False
+        self.lost_exchanges = 0
+        self.lost_chunks = 0
+        self.restarts = 0
+
+    def start(self) -> None:
+        self._spawn()
+
+    @property
+    def pid(self) -> int | None:
+        """The recording process's pid, while it runs."""
+        return self._child.proc.pid if self._child is not None else None
+
+    # The proxy's side: called on its event loop (or wherever its hooks run), never blocks.
+
+    def begin(self, uid: str, fields: dict[str, Any]) -> None:
+        self._send(("b", uid, fields))
+
+    def update(self, uid: str, fields: dict[str, Any]) -> None:
+        self._send(("u", uid, fields))
+
+    def stream(self, uid: str, *, sse: bool, encoding: str) -> None:
+        self._send(("s", uid, sse, encoding))
+
+    def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
+        self._send(("f", uid, offset, fields))
+
+    def chunk(self, uid: str, offset: int, data: bytes) -> None:
+        """One relayed chunk, ``offset`` µs into its exchange: the hot path."""
+        if len(self._out) > self._max_buffer or uid in self._orphans:
+            self._lose(uid, len(data))
+            return
+        self._batch.append(("c", uid, offset, data))
+        self._batch_bytes += len(data)
+        if self._timer is None:
+            self._schedule()
+        elif self._batch_bytes > FLUSH_BYTES:
+            self.flush()
+
+    def note_lost_exchange(self) -> None:
+        """An exchange the proxy could not hand over (a bug in its hooks)."""
+        self.lost_exchanges += 1
+        self._lost_dirty = True
+
+    def _lose(self, uid: str, size: int) -> None:
+        self.lost_chunks += 1
+        self._lost_dirty = True
+        if uid not in self._orphans:
+            self._gaps[uid] = self._gaps.get(uid, 0) + size
+            self._schedule()
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        uid = msg[1]
+        if uid in self._orphans:
+            if msg[0] == "f":
+                self._orphans.discard(uid)
+            return
+        self._batch.append(msg)
+        if self._timer is None:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        if self._timer is not None:
+            return
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop (tests, shutdown): no one to flush later
+            self.flush()
+            return
+        self._timer = self._loop.call_later(FLUSH_DELAY, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        for uid, size in self._gaps.items():
+            batch.append(("g", uid, size))
+        self._gaps.clear()
+        if self._lost_dirty:
+            self._lost_dirty = False
+            batch.append(("n", self._lost()))
+        child = self._ready_child()
+        if child is None:
+            self._drop(batch)
+            return
+        if not batch:
+            return
+        for msg in batch:
+            if msg[0] == "b":
+                child.open.add(msg[1])
+            elif msg[0] == "f":
+                child.open.discard(msg[1])
+        payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        self._out += HEADER.pack(len(payload))
+        self._out += payload
+        self._write()
+
+    def _lost(self) -> dict[str, int]:
+        return {"exchanges_lost": self.lost_exchanges, "events_lost": self.lost_chunks}
+
+    def _drop(self, batch: list[tuple[Any, ...]]) -> None:
+        for msg in batch:
+            if msg[0] == "c":
+                self.lost_chunks += 1
+            elif msg[0] == "b":
+                self.lost_exchanges += 1
+        self._lost_dirty = True
+
+    def _write(self) -> None:
+        child = self._child
+        if child is None:
+            return
+        try:
+            while self._out:
+                n = os.write(child.fd, self._out)
+                del self._out[:n]  # cheap: CPython trims a bytearray's front in place
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._bury(child)
+            return
+        self._watch(bool(self._out))
+
+    def _watch(self, on: bool) -> None:
+        """Have the loop call :meth:`_write` when the pipe takes more."""
+        if on == self._watching or self._loop is None or self._child is None:
+            return
+        if on:
+            self._loop.add_writer(self._child.fd, self._write)
+        else:
+            self._loop.remove_writer(self._child.fd)
+        self._watching = on
+
+    # The recording process's life.
+
+    def _spawn(self) -> None:
+        try:
+            self._child = _Child()
+        except OSError as e:
+            log.error("ssetape: cannot start the recording process: %s", e)
+            self._restart_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, _RESTART_MAX)
+            return
+        self._restart_at = time.monotonic() + self._backoff
+        payload = pickle.dumps([("cfg", self._cfg)])
+        self._out[:0] = HEADER.pack(len(payload)) + payload  # always its first frame
+        self._write()  # it opens the store while the proxy starts
+
+    def _ready_child(self) -> _Child | None:
+        child = self._child
+        if child is not None and not child.ended.is_set():
+            return child
+        if child is not None:
+            self._bury(child)
+        if self._closing or time.monotonic() < self._restart_at:
+            return None
+        self.restarts += 1
+        self._spawn()
+        if self._child is not None:
+            log.warning("ssetape: recording process started again (%d restarts)", self.restarts)
+        return self._child
+
+    def _bury(self, child: _Child) -> None:
+        """The recording process died: what it had in flight is lost, traffic goes on."""
+        self._watch(False)
+        self._child = None
+        self._out.clear()
+        try:
+            code: int | str = child.proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            code = "none, killed"
+        self._orphans |= child.open
+        self.lost_exchanges += len(child.open)
+        self._lost_dirty = True
+        if not self._closing:
+            self._backoff = min(self._backoff * 2, _RESTART_MAX)
+        log.error(
+            "ssetape: the recording process ended unexpectedly (exit code %s); %d exchange(s) "
+            "in flight not fully recorded; traffic continues",
+            code,
+            len(child.open),
+        )
+        with contextlib.suppress(OSError):
+            child.stdin.close()
+
+    def close(self, timeout: float = 20.0) -> dict[str, Any] | None:
+        """Hand over what is left and wait for the recording process's final counts."""
+        self._closing = True
+        self._lost_dirty = True
+        self.flush()  # the proxy's final losses first, so the final counts hold them
+        self._batch.append(("close",))
+        self.flush()
+        child = self._child
+        if child is None:
+            return None
+        self._watch(False)
+        deadline = time.monotonic() + timeout
+        while self._out and not child.ended.is_set() and time.monotonic() < deadline:
+            select.select([], [child.fd], [], 0.1)
+            self._write()
+            if self._child is None:
+                return None
+        with contextlib.suppress(OSError):
+            child.stdin.close()
+        child.reader.join(max(0.0, deadline - time.monotonic()))
+        try:
+            child.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.error("ssetape: the recording process did not finish in %g s; stopped", timeout)
+            child.proc.kill()
+            child.proc.wait()
+        self._child = None
+        return child.final

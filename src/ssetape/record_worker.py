@@ -1,0 +1,220 @@
+"""The recording process: parses, analyses and stores what the proxy relays.
+
+The proxy's :class:`~ssetape.record_link.RecordLink` starts ``python -m ssetape.record_worker``
+and writes batches of messages to its stdin. This process owns the SSE parsing (``Capture``),
+the ``Writer`` thread, the stream analysis (``Indexer``) and the run row (``RunReporter``), so
+none of that competes with the proxy's event loop for its interpreter lock. It reports log
+records and, at the end, its counts as JSON lines on stdout.
+
+Messages (tuples; ``uid`` names one exchange):
+
+- ``("cfg", {"db", "max_pending", "active"})``: always first
+- ``("b", uid, fields)``: request arrived; ``("u", uid, fields)``: response headers
+- ``("s", uid, sse, encoding)``: a streamed body begins
+- ``("c", uid, offset_us, data)``: one relayed chunk, stamped by the proxy
+- ``("g", uid, nbytes)``: chunks the proxy did not pass on (this process fell behind)
+- ``("f", uid, offset_us, fields)``: the exchange ended
+- ``("n", {"exchanges_lost", "events_lost"})``: the proxy's own losses so far
+- ``("close",)``
+
+If stdin ends without ``close``, the proxy is gone (killed): everything it sent is still
+stored, and the exchanges it had in flight are marked interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+import orjson
+
+from ssetape.capture import Capture
+from ssetape.indexer import Indexer
+from ssetape.record_link import HEADER
+from ssetape.storage.runs import RunCounts, RunReporter, Runs
+from ssetape.storage.store import Store, one_line
+from ssetape.storage.writer import Writer
+
+log = logging.getLogger("ssetape.recorder")
+
+PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
+
+
+class _Forward(logging.Handler):
+    """Log records go to the proxy, which logs them as its own."""
+
+    def __init__(self, out: IO[bytes], lock: threading.Lock) -> None:
+        super().__init__(logging.INFO)
+        self._out, self._lock = out, lock
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = orjson.dumps({"log": [record.name, record.levelno, record.getMessage()]})
+            with self._lock:
+                self._out.write(line + b"\n")
+                self._out.flush()
+        except Exception:  # the proxy is gone: nobody to tell
+            pass
+
+
+def frames(inp: IO[bytes]) -> Iterator[list[tuple[Any, ...]]]:
+    """Message batches from the proxy until its end of the pipe closes."""
+    while True:
+        head = inp.read(HEADER.size)
+        if len(head) < HEADER.size:
+            return
+        (size,) = HEADER.unpack(head)
+        payload = inp.read(size)
+        if len(payload) < size:
+            return
+        yield pickle.loads(payload)
+
+
+class RecordWorker:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+        # The proxy opened (and migrated) it already.
+        self.store = Store.open(cfg["db"], create=False, migrate=False)
+        # Stream knowledge is derived in the writer's thread as exchanges are committed.
+        self.writer = Writer(
+            self.store, on_finished=Indexer(self.store).index, max_pending=cfg["max_pending"]
+        )
+        self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.counts)
+        self.active = bool(cfg["active"])
+        self.captures: dict[str, Capture] = {}
+        self.open: set[str] = set()  # begun here, not finished
+        self.capture_failures = 0
+        self.stray_chunks = 0  # for exchanges this process never saw begin
+        self.proxy_lost = {"exchanges_lost": 0, "events_lost": 0}
+        self.closed = False
+
+    def start(self) -> None:
+        self.writer.start()
+        # Beside the replayer, a replay-only session must leave its tape untouched: the
+        # run row appears with the first recorded exchange.
+        self.reporter.start(active=self.active)
+
+    def counts(self) -> RunCounts:  # called in the reporter's thread
+        st = self.writer.stats
+        return RunCounts(
+            exchanges_recorded=st.exchanges,
+            events_recorded=st.events,
+            exchanges_lost=self.proxy_lost["exchanges_lost"] + st.dropped_exchanges,
+            events_lost=self.proxy_lost["events_lost"] + st.dropped_events + self.stray_chunks,
+            store_errors=st.failed_batches,
+            last_error=st.last_error,
+        )
+
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "c":
+            capture = self.captures.get(msg[1])
+            if capture is None:
+                self.stray_chunks += 1
+            else:
+                capture.feed(msg[3], msg[2])
+        elif kind == "b":
+            self.open.add(msg[1])
+            self.writer.begin(msg[1], recorder=self.recorder_id, **msg[2])
+            self.reporter.activate()
+        elif kind == "n":
+            self.proxy_lost.update(msg[1])
+        elif kind == "close":
+            self.closed = True
+        elif msg[1] not in self.open:
+            return  # begun in a recording process that died: its row is the sweep's
+        elif kind == "u":
+            self.writer.update(msg[1], **msg[2])
+        elif kind == "s":
+            self.captures[msg[1]] = Capture(msg[1], self.writer, sse=msg[2], encoding=msg[3])
+        elif kind == "g":
+            capture = self.captures.get(msg[1])
+            if capture is not None:
+                capture.fail(f"{msg[2]} bytes not recorded: the recording process fell behind")
+        elif kind == "f":
+            self.finish(msg[1], msg[2], msg[3])
+
+    def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
+        self.open.discard(uid)
+        capture = self.captures.pop(uid, None)
+        if capture is not None:
+            capture.close(offset)
+            if capture.error is not None:
+                self.capture_failures += 1
+                fields["error"] = "; ".join(filter(None, [fields.get("error"), capture.error]))
+        self.writer.finish(uid, **fields)
+
+    def stop(self) -> dict[str, Any]:
+        """Store what is left; the final counts for the proxy's exit line."""
+        if not self.closed and self.open:
+            log.warning(
+                "ssetape: the proxy ended without stopping the recorder; %d exchange(s) in "
+                "flight marked interrupted",
+                len(self.open),
+            )
+        for uid in list(self.open):
+            self.finish(uid, 0, {"state": "interrupted", "error": PROXY_GONE})
+        self.writer.close()
+        # After the writer: the final counts include what it gave up on.
+        saved = self.reporter.stop() or not self.reporter.active
+        final = dataclasses.asdict(self.counts())
+        final.update(
+            capture_failures=self.capture_failures,
+            saved=saved,
+            active=self.reporter.active,
+            last_failure=self.reporter.last_failure,
+        )
+        self.store.close()
+        return final
+
+
+def main() -> int:
+    # Ctrl-C and `kill` of the process group reach this process too: the proxy decides
+    # when recording ends (it closes the pipe), so nothing in flight is cut short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The channel to the proxy is a private copy of stdout; stray prints go to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    lock = threading.Lock()
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward(out, lock)]
+    root.setLevel(logging.INFO)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    inp = os.fdopen(0, "rb", buffering=1 << 20)
+    batches = frames(inp)
+    first = next(batches, None)
+    if not first or first[0][0] != "cfg":
+        return 2
+    try:
+        worker = RecordWorker(first[0][1])
+        worker.start()
+    except Exception as e:
+        log.error("ssetape: the recording process cannot start: %s", one_line(e))
+        return 1
+    for batch in batches:
+        for msg in batch:
+            try:
+                worker.handle(msg)
+            except Exception as e:  # one bad message must not end the recording
+                log.error("ssetape: recording error (%s): %s", msg[0], one_line(e))
+        if worker.closed:
+            break
+    final = worker.stop()
+    with lock:
+        out.write(orjson.dumps({"final": final}) + b"\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The proxy's link to its recording process, with a real recording process and real SQLite.
+
+What the proxy's event loop may rely on: handing a chunk over never blocks, even when the
+recording process is frozen; past the bound, chunks are dropped and counted and their
+exchange says it was not fully recorded; everything else arrives and is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from ssetape.storage.store import Store
+
+from ssetape.record_link import RecordLink
+
+SSE_CHUNK = b"data: " + b"x" * 65_000 + b"\n\n"
+
+
+def exchange(uid: str) -> dict[str, Any]:
+    return {
+        "started_at": dt.datetime.now(dt.UTC),
+        "method": "POST",
+        "scheme": "http",
+        "host": "127.0.0.1",
+        "port": 9,
+        "path": f"/v1/chat/completions/{uid}",
+        "query": "",
+        "http_version": "HTTP/1.1",
+        "request_headers": [],
+        "request_body": b"{}",
+        "fingerprint": uid,
+    }
+
+
+def stream(link: RecordLink, uid: str) -> None:
+    link.begin(uid, exchange(uid))
+    link.update(uid, {"status": 200, "is_stream": True})
+    link.stream(uid, sse=True, encoding="")
+
+
+def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> None:
+    db = str(tmp_path / "tape.db")
+    Store.open(db).close()  # as the recorder does: it opens and migrates first
+
+    async def session() -> tuple[dict[str, Any] | None, float, int]:
+        link = RecordLink(db, max_pending=10_000, active=True, max_buffer=256 * 1024)
+        link.start()
+        pid = link.pid
+        assert pid is not None
+        stream(link, "small")
+        for i in range(5):
+            link.chunk("small", i, b"data: %d\n\n" % i)
+        await asyncio.sleep(0.05)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stream(link, "big")
+            slowest = 0.0
+            for i in range(100):  # 6.5 MB: more than the pipe (~3 MB here) and the buffer hold
+                t = time.perf_counter()
+                link.chunk("big", i * 1000, SSE_CHUNK)
+                slowest = max(slowest, time.perf_counter() - t)
+                await asyncio.sleep(0.002)
+            lost = link.lost_chunks
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        link.finish("big", 100_000, {"state": "completed", "error": None})
+        link.finish("small", 100_000, {"state": "completed", "error": None})
+        return link.close(), slowest, lost
+
+    final, slowest, lost = asyncio.run(session())
+    # Dropping is cheap; not one call waited for the frozen process.
+    assert slowest < 0.05, slowest
+    assert 0 < lost < 100
+    assert final is not None
+    assert final["events_lost"] == lost and final["capture_failures"] == 1
+    with Store.open(db, create=False) as store:
+        rows = {x.path.rsplit("/", 1)[1]: x for x in store.exchanges()}
+        small, big = rows["small"], rows["big"]
+        assert (small.state, small.event_count, small.error) == ("completed", 5, None)
+        assert big.state == "completed" and "fell behind" in (big.error or "")
+        # Up to the first dropped chunk, every event is there, whole.
+        events = store.events(big.id)
+        assert 0 < len(events) <= 100 - lost
+        assert all(e.raw == SSE_CHUNK for e in events)
+        assert [e.offset_us for e in events] == [i * 1000 for i in range(len(events))]
+        assert final["events_recorded"] == 5 + len(events)
+
+
+def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path) -> None:
+    """Hooks called outside the proxy's loop (tests, shutdown) still record everything."""
+    db = str(tmp_path / "tape.db")
+    Store.open(db).close()
+    link = RecordLink(db, max_pending=1000, active=True)
+    link.start()
+    stream(link, "a")
+    for i in range(50):
+        link.chunk("a", i, b"event: n\ndata: %d\n\n" % i)
+    link.finish("a", 99, {"state": "completed", "error": None})
+    final = link.close()
+    assert final is not None and final["events_recorded"] == 50 and final["events_lost"] == 0
+    with Store.open(db, create=False) as store:
+        [x] = store.exchanges()
+        assert [e.data for e in store.events(x.id)] == [str(i) for i in range(50)]
+        assert x.recorder is not None and x.recorder.split(":")[1] != str(os.getpid())
