@@ -251,7 +251,8 @@ class Recorder:
             self.exit_warned = True
             log.warning(self.exit_line)
             return
-        events, exchanges = final["events_recorded"], final["exchanges_recorded"]
+        events = final["events_recorded"] + link.stored_before["events_recorded"]
+        exchanges = final["exchanges_recorded"] + link.stored_before["exchanges_recorded"]
         parts = [f"ssetape: {_n(events, 'event')} in {_n(exchanges, 'exchange')} stored"]
         events_lost, exchanges_lost = final["events_lost"], final["exchanges_lost"]
         unparsed, store_errors = final["capture_failures"], final["store_errors"]

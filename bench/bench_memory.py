@@ -6,7 +6,7 @@ A local upstream (a child process of this script) streams fixed-size SSE events 
 the proxy takes them, ``--batch`` events per write. Each proxy is a reverse proxy in front
 of it: `ssetape record` (SQLite in a temporary folder, or ``--db``) and `mitmdump --set
 stream_large_bodies=1`. While a scenario runs, the proxy's resident memory is sampled from
-/proc/<pid>/status (VmRSS) every 0.2 s:
+/proc/<pid>/status (VmRSS, the proxy's plus its recording process's) every 0.2 s:
 
 - one stream of ``--events`` events; ``--streams`` concurrent streams of ``--per-stream``;
 - "@20%": RSS once a fifth of the events went by (steady state); "growth" is peak minus it,
@@ -15,8 +15,9 @@ stream_large_bodies=1`. While a scenario runs, the proxy's resident memory is sa
   counted: every event stored, none dropped.
 
 kill -9: ``--kill-streams`` streams paced at one event per ``--kill-gap-ms`` each go
-through `ssetape record`, which is SIGKILLed after ``--kill-after`` s; the table compares
-the events the clients had received with the events in the store.
+through `ssetape record`, which is SIGKILLed after ``--kill-after`` s (alone, then with its
+recording process); the table compares the events the clients had received with the events
+in the store.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -253,8 +255,25 @@ def memory_runs(args: argparse.Namespace, up: str, tmp: str) -> list[Result]:
     return results
 
 
-def kill_run(args: argparse.Namespace, up: str, tmp: str) -> tuple[int, int, float]:
-    """(events the clients received, events stored, event rate) for one kill -9."""
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def kill_run(args: argparse.Namespace, up: str, tmp: str, *, both: bool) -> tuple[int, int, float]:
+    """(events the clients received, events stored, event rate) for one kill -9 of the
+    proxy, or (``both``) of the proxy and its recording process at once."""
     port = free_port()
     db = args.db or f"{tmp}/kill-{port}.db"
     progress = Progress()
@@ -269,8 +288,17 @@ def kill_run(args: argparse.Namespace, up: str, tmp: str) -> tuple[int, int, flo
         t = threading.Thread(target=clients, daemon=True)
         t.start()
         time.sleep(args.kill_after)
+        workers = children(p.pid)
+        if both:  # frozen first, so that it cannot store anything after the proxy's end
+            for w in workers:
+                os.kill(w, signal.SIGSTOP)
         p.send_signal(signal.SIGKILL)
         p.wait()
+        for w in workers:
+            if both:
+                os.kill(w, signal.SIGKILL)
+            while not gone(w):  # the recording process finishes what it was handed
+                time.sleep(0.05)
         t.join(30)
     # Whatever the clients got, the proxy had passed on (and captured) before it died.
     stored, _ = stored_counts(db)
@@ -302,7 +330,8 @@ def main() -> None:
         wait_port(up_port)
         up = f"http://127.0.0.1:{up_port}"
         results = memory_runs(args, up, tmp)
-        kills = [kill_run(args, up, tmp) for _ in range(args.kill_rounds)]
+        kills = [(both, kill_run(args, up, tmp, both=both))
+                 for both in (False, True) for _ in range(args.kill_rounds)]  # fmt: skip
     finally:
         upstream.terminate()
         upstream.wait()
@@ -319,11 +348,12 @@ def main() -> None:
               f"{r.peak - r.at20:+.0f} | {ratio:.2f} | {r.stored or '-'} |")  # fmt: skip
     print(f"\nkill -9 after {args.kill_after:g} s, {args.kill_streams} streams, one event per "
           f"{args.kill_gap_ms:g} ms each\n")  # fmt: skip
-    print("| round | events received by clients | events stored | lost | lost as time |")
-    print("|---:|---:|---:|---:|---:|")
-    for i, (received, stored, rate) in enumerate(kills, 1):
+    print("| killed | events received by clients | events stored | lost | lost as time |")
+    print("|---|---:|---:|---:|---:|")
+    for both, (received, stored, rate) in kills:
         lost = received - stored
-        print(f"| {i} | {received:,} | {stored:,} | {lost:,} | {lost / rate * 1000:.0f} ms |")
+        who = "proxy and recording process" if both else "proxy"
+        print(f"| {who} | {received:,} | {stored:,} | {lost:,} | {lost / rate * 1000:.0f} ms |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Recording overhead, side by side in one run: direct vs plain mitmdump vs `ssetape record`.
 
-    python -m bench.bench_record [--rounds 5] [--events 40]
+    python -m bench.bench_record [--rounds 5] [--events 40] [--throughput-only]
 
 Every target is a reverse proxy in front of the same simulator process (`ssetape simulate`).
 Latency: for each event, client arrival time minus the simulator's planned send time, both
@@ -150,6 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per target")
     ap.add_argument("--events", type=int, default=40)
+    ap.add_argument("--throughput-only", action="store_true", help="skip the latency part")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ssetape-bench-")
     sim_port, fast_port = free_port(), free_port()
@@ -181,7 +182,7 @@ def main() -> None:
         # Interleaved rounds: the machine's background noise hits every target alike.
         for r in range(args.rounds):
             for name in names:
-                for client in ("httpx", "openai SDK"):
+                for client in () if args.throughput_only else ("httpx", "openai SDK"):
                     res = latency(bases[(name, "latency")], 3, args.events, client != "httpx")
                     lat.setdefault((name, client), []).append(res)
                 base = bases[(name, "throughput")]

@@ -55,6 +55,7 @@ class Capture:
         self._seq = 0
         self._chunk_seq = 0
         self.error: str | None = None
+        self.offset = 0  # of the latest chunk
         self.event_count = 0
         self.first_event_us: int | None = None
         try:
@@ -65,6 +66,7 @@ class Capture:
 
     def feed(self, data: bytes, offset: int) -> None:
         """One chunk as it arrived ``offset`` µs in; never raises."""
+        self.offset = offset
         if data and self.error is None:
             try:
                 self._feed(data, offset)

@@ -35,6 +35,7 @@ HEADER = struct.Struct(">I")  # the length of each pickled batch
 FLUSH_DELAY = 0.005  # a batch waits at most this long; the store flushes every 100 ms anyway
 FLUSH_BYTES = 256 * 1024
 PIPE_SIZE = 1 << 20
+MAX_BUFFER = 64 << 20  # bytes of chunks waiting for the pipe, at most
 _RESTART_FIRST, _RESTART_MAX = 1.0, 60.0
 
 
@@ -55,6 +56,7 @@ class _Child:
             fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self.open: set[str] = set()  # exchanges it has begun and not finished
         self.final: dict[str, Any] | None = None
+        self.counts: dict[str, Any] = {}  # its latest report of what it stored
         self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
         self.reader = threading.Thread(
             target=self._read, args=(self.proc.stdout,), name="ssetape-link", daemon=True
@@ -70,6 +72,8 @@ class _Child:
             if "log" in msg:
                 name, level, text = msg["log"]
                 logging.getLogger(name).log(level, text)
+            elif "counts" in msg:
+                self.counts = msg["counts"]
             elif "final" in msg:
                 self.final = msg["final"]
         self.ended.set()
@@ -78,8 +82,9 @@ class _Child:
 class RecordLink:
     def __init__(self, db: str, *, max_pending: int, active: bool, max_buffer: int = 0) -> None:
         self._cfg = {"db": db, "max_pending": max_pending, "active": active}
-        # Roughly what the store's own queue may hold (rows of ~1 KiB), in bytes of pipe data.
-        self._max_buffer = max_buffer or max(PIPE_SIZE, min(max_pending, 1 << 18) * 1024)
+        # Only for bursts the recording process cannot parse at once: a store that is slow
+        # or down is what its writer's queue (``max_pending`` rows) is for.
+        self._max_buffer = max_buffer or max(PIPE_SIZE, min(max_pending * 1024, MAX_BUFFER))
         self._child: _Child | None = None
         self._batch: list[tuple[Any, ...]] = []
         self._batch_bytes = 0
@@ -96,6 +101,8 @@ class RecordLink:
         self.lost_exchanges = 0
         self.lost_chunks = 0
         self.restarts = 0
+        # What recording processes that died had stored, by their last report.
+        self.stored_before: dict[str, int] = {"exchanges_recorded": 0, "events_recorded": 0}
 
     def start(self) -> None:
         self._spawn()
@@ -194,11 +201,13 @@ class RecordLink:
         return {"exchanges_lost": self.lost_exchanges, "events_lost": self.lost_chunks}
 
     def _drop(self, batch: list[tuple[Any, ...]]) -> None:
+        """No recording process to take ``batch``: count what it held as lost."""
         for msg in batch:
             if msg[0] == "c":
                 self.lost_chunks += 1
             elif msg[0] == "b":
                 self.lost_exchanges += 1
+                self._orphans.add(msg[1])  # the rest of it is lost too, counted here
         self._lost_dirty = True
 
     def _write(self) -> None:
@@ -266,6 +275,8 @@ class RecordLink:
             child.proc.kill()
             code = "none, killed"
         self._orphans |= child.open
+        for key in self.stored_before:
+            self.stored_before[key] += child.counts.get(key, 0)
         self.lost_exchanges += len(child.open)
         self._lost_dirty = True
         if not self._closing:

@@ -47,6 +47,7 @@ from ssetape.storage.writer import Writer
 log = logging.getLogger("ssetape.recorder")
 
 PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
+REPORT_EVERY = 0.5
 
 
 class _Forward(logging.Handler):
@@ -162,7 +163,9 @@ class RecordWorker:
                 len(self.open),
             )
         for uid in list(self.open):
-            self.finish(uid, 0, {"state": "interrupted", "error": PROXY_GONE})
+            capture = self.captures.get(uid)
+            end = capture.offset if capture is not None else 0
+            self.finish(uid, end, {"state": "interrupted", "error": PROXY_GONE})
         self.writer.close()
         # After the writer: the final counts include what it gave up on.
         saved = self.reporter.stop() or not self.reporter.active
@@ -175,6 +178,20 @@ class RecordWorker:
         )
         self.store.close()
         return final
+
+
+def report(
+    worker: RecordWorker, out: IO[bytes], lock: threading.Lock, stop: threading.Event
+) -> None:
+    """What is stored so far, twice a second: if this process dies, the proxy still knows."""
+    while not stop.wait(REPORT_EVERY):
+        line = orjson.dumps({"counts": dataclasses.asdict(worker.counts())})
+        try:
+            with lock:
+                out.write(line + b"\n")
+                out.flush()
+        except OSError:  # the proxy is gone; its end of the pipe with it
+            return
 
 
 def main() -> int:
@@ -201,6 +218,8 @@ def main() -> int:
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))
         return 1
+    reporting = threading.Event()
+    threading.Thread(target=report, args=(worker, out, lock, reporting), daemon=True).start()
     for batch in batches:
         for msg in batch:
             try:
@@ -210,9 +229,13 @@ def main() -> int:
         if worker.closed:
             break
     final = worker.stop()
-    with lock:
-        out.write(orjson.dumps({"final": final}) + b"\n")
-        out.flush()
+    reporting.set()
+    try:
+        with lock:
+            out.write(orjson.dumps({"final": final}) + b"\n")
+            out.flush()
+    except OSError:
+        pass  # the proxy is gone: the run row holds the same counts
     return 0
 
 

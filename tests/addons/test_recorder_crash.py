@@ -107,6 +107,8 @@ def kill_mid_stream(
     events = store.events(x.id)
     assert bytes(reader.body).startswith(b"".join(e.raw for e in events))
     assert [e.seq for e in events] == list(range(len(events))) and x.event_count == len(events)
+    offsets = [e.offset_us for e in events]
+    assert offsets == sorted(offsets)
     # Every event the client had FLUSH_WINDOW before the kill was committed: the
     # recorder saw it no later than the client did.
     due = sum(1 for t in reader.arrivals if t <= killed_at - FLUSH_WINDOW)

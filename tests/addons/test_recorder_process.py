@@ -21,6 +21,7 @@ import pytest
 from ssetape.storage.runs import INTERRUPTED
 from ssetape.storage.store import Store
 
+from ssetape.record_worker import REPORT_EVERY
 from ssetape.simulator import Simulator
 from tests.addons.stores import Recorders, recording_process, wait_for
 from tests.addons.test_recorder_failopen import Reader, body
@@ -40,6 +41,7 @@ def test_recording_process_killed_mid_stream(
     proc = recorders.start(db, "--mode", f"reverse:{sim.url}")
     before = Reader(proc.url, body(0, 20))
     before.run()
+    time.sleep(REPORT_EVERY + 0.3)  # the first process reports having stored it
     first = recording_process(proc)
     readers = [Reader(proc.url, body(i, 200)) for i in range(1, 4)]
     gc.collect()
@@ -68,7 +70,8 @@ def test_recording_process_killed_mid_stream(
 
     assert len(re.findall(r"recording process ended unexpectedly .*-9.* 3 exchange", log)) == 1
     assert "Traceback" not in log, log
-    assert re.search(r"3 exchanges lost.*restarted 1 time", log), log
+    # `before` was stored by the first recording process, `after` by the second.
+    assert re.search(r" in 2 exchanges stored, .*3 exchanges lost.*restarted 1 time", log), log
     with Store.open(db, create=False) as store:
         rows = {x.request_body: x for x in store.exchanges()}
         for r in (before, after):
