@@ -1,8 +1,9 @@
 """Stream knowledge in the store: runs the analyzer over stored exchanges and saves what it finds.
 
-The recorder's writer thread calls it for every exchange it finishes, and `ssetape reindex`
-for old rows, so live and recomputed knowledge come from the same code. It reads events back
-from the store in pages, so a million-event stream is analysed in bounded memory.
+The recording process's writer thread calls it for every exchange it finishes (with the
+analysis ``LiveAnalysis`` made while the stream went by), and `ssetape reindex` for old rows
+(reading events back from the store in pages, so a million-event stream is analysed in
+bounded memory): live and recomputed knowledge come from the same ``Analyzer``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from ssetape.analyzer import Analysis, Analyzer
+from ssetape.live_analysis import content_type
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import SQLITE_BEGIN, Store
 
@@ -23,13 +25,6 @@ log = logging.getLogger("ssetape.indexer")
 # Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
 ANALYSIS_VERSION = 1
 _PAGE = 5_000
-
-
-def _content_type(headers: list[list[str]] | None) -> str | None:
-    for name, value in headers or ():
-        if name.lower() == "content-type":
-            return value
-    return None
 
 
 def knowledge_columns(a: Analysis) -> dict[str, Any]:
@@ -60,8 +55,10 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
 class Indexer:
     """Analyses stored exchanges and writes their stream knowledge and findings."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, live: Callable[[str], Analysis | None] | None = None) -> None:
+        """``live``: the analysis already made while recording an exchange, by uid."""
         self._store = store
+        self._live = live
         self._engine = (
             store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
             if store.is_sqlite
@@ -83,7 +80,7 @@ class Indexer:
             status=x.status,
             state=x.state,
             response_body=None if x.is_stream else x.response_body,
-            response_content_type=_content_type(x.response_headers),
+            response_content_type=content_type(x.response_headers),
         )
 
     def index(self, exchange_ids: Iterable[int]) -> int:
@@ -96,7 +93,8 @@ class Indexer:
                 x = s.get(Exchange, xid)
                 if x is None:
                     continue
-                a = self.analyse(s, x)
+                live = self._live(x.uid) if self._live is not None else None
+                a = live if live is not None else self.analyse(s, x)
                 s.execute(update(Exchange).where(Exchange.id == xid).values(knowledge_columns(a)))
                 s.execute(delete(Finding).where(Finding.exchange_id == xid))
                 if a.findings:

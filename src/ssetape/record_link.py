@@ -32,7 +32,7 @@ import orjson
 log = logging.getLogger("ssetape.recorder")
 
 HEADER = struct.Struct(">I")  # the length of each pickled batch
-FLUSH_DELAY = 0.005  # a batch waits at most this long; the store flushes every 100 ms anyway
+FLUSH_DELAY = 0.02  # a batch waits at most this long; the store flushes every 100 ms anyway
 FLUSH_BYTES = 256 * 1024
 PIPE_SIZE = 1 << 20
 MAX_BUFFER = 64 << 20  # bytes of chunks waiting for the pipe, at most

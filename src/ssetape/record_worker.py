@@ -39,6 +39,7 @@ import orjson
 
 from ssetape.capture import Capture
 from ssetape.indexer import Indexer
+from ssetape.live_analysis import LiveAnalysis
 from ssetape.record_link import HEADER
 from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store, one_line
@@ -85,10 +86,11 @@ class RecordWorker:
         self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
         # The proxy opened (and migrated) it already.
         self.store = Store.open(cfg["db"], create=False, migrate=False)
-        # Stream knowledge is derived in the writer's thread as exchanges are committed.
-        self.writer = Writer(
-            self.store, on_finished=Indexer(self.store).index, max_pending=cfg["max_pending"]
-        )
+        # Each stream is analysed as it is captured; the indexer stores the result when the
+        # exchange's finish is committed (in the writer's thread).
+        indexer = Indexer(self.store, lambda uid: self.live.take(uid))
+        self.writer = Writer(self.store, on_finished=indexer.index, max_pending=cfg["max_pending"])
+        self.live = LiveAnalysis(self.writer)
         self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.counts)
         self.active = bool(cfg["active"])
         self.captures: dict[str, Capture] = {}
@@ -125,6 +127,7 @@ class RecordWorker:
                 capture.feed(msg[3], msg[2])
         elif kind == "b":
             self.open.add(msg[1])
+            self.live.begin(msg[1], msg[2])
             self.writer.begin(msg[1], recorder=self.recorder_id, **msg[2])
             self.reporter.activate()
         elif kind == "n":
@@ -134,9 +137,10 @@ class RecordWorker:
         elif msg[1] not in self.open:
             return  # begun in a recording process that died: its row is the sweep's
         elif kind == "u":
+            self.live.update(msg[1], msg[2])
             self.writer.update(msg[1], **msg[2])
         elif kind == "s":
-            self.captures[msg[1]] = Capture(msg[1], self.writer, sse=msg[2], encoding=msg[3])
+            self.captures[msg[1]] = Capture(msg[1], self.live, sse=msg[2], encoding=msg[3])
         elif kind == "g":
             capture = self.captures.get(msg[1])
             if capture is not None:
@@ -152,6 +156,7 @@ class RecordWorker:
             if capture.error is not None:
                 self.capture_failures += 1
                 fields["error"] = "; ".join(filter(None, [fields.get("error"), capture.error]))
+        self.live.finish(uid, fields)
         self.writer.finish(uid, **fields)
 
     def stop(self) -> dict[str, Any]:

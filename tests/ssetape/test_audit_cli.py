@@ -217,6 +217,8 @@ def _knowledge(db: str) -> list[dict[str, Any]]:
 
 
 def test_reindex_recomputes_old_rows_after_migration(tape: Tape, tmp_path: Path) -> None:
+    """Also the check that what the recording process analysed live, as each stream went
+    by, is what analysing the stored events gives."""
     db = tmp_path / "old.db"
     with sqlite3.connect(tape.db) as src, sqlite3.connect(db) as dst:
         src.backup(dst)

@@ -1,0 +1,69 @@
+"""Stream knowledge computed while the recording process captures a stream.
+
+The indexer would otherwise read every event of a finished exchange back from the store to
+analyse it, which was the recording process's largest single cost. Here the same
+``Analyzer`` sees each event as ``Capture`` emits it, on its way to the writer, and the
+``Indexer`` takes the finished analysis instead of re-reading. When the writer had to drop
+events (the store was slow), the analysis still saw them all; ``ssetape reindex`` recomputes
+from what was stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ssetape.analyzer import Analysis, Analyzer
+from ssetape.capture import EventSink
+
+
+def content_type(headers: list[list[str]] | None) -> str | None:
+    for name, value in headers or ():
+        if name.lower() == "content-type":
+            return value
+    return None
+
+
+class LiveAnalysis:
+    """An ``EventSink`` in front of the writer that also feeds one analyzer per exchange."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._analyzers: dict[str, Analyzer] = {}
+        self._heads: dict[str, tuple[int | None, str | None]] = {}
+        # Finished analyses by uid; the indexer (in the writer's thread) takes them once
+        # the exchange's finish is committed. Single dict operations: safe across threads.
+        self._done: dict[str, Analysis] = {}
+
+    def begin(self, uid: str, fields: dict[str, Any]) -> None:
+        self._analyzers[uid] = Analyzer(
+            method=fields["method"], path=fields["path"], request_body=fields["request_body"]
+        )
+
+    def update(self, uid: str, fields: dict[str, Any]) -> None:
+        if "status" in fields:
+            self._heads[uid] = (fields["status"], content_type(fields.get("response_headers")))
+
+    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None:
+        analyzer = self._analyzers.get(uid)
+        if analyzer is not None:
+            feed = analyzer.feed
+            for r in rows:
+                feed(r["seq"], r["offset_us"], r["event"], r["data"])  # type: ignore[arg-type]
+        self._sink.add_events(uid, rows)
+
+    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None:
+        self._sink.add_chunks(uid, rows)
+
+    def finish(self, uid: str, fields: dict[str, Any]) -> None:
+        analyzer = self._analyzers.pop(uid, None)
+        status, ctype = self._heads.pop(uid, (None, None))
+        if analyzer is not None:
+            self._done[uid] = analyzer.finish(
+                status=status,
+                state=fields["state"],
+                response_body=fields.get("response_body"),
+                response_content_type=ctype,
+            )
+
+    def take(self, uid: str) -> Analysis | None:
+        return self._done.pop(uid, None)
