@@ -19,7 +19,9 @@ from ssetape.storage.store import Store
 
 from ssetape.record_link import RecordLink
 
-SSE_CHUNK = b"data: " + b"x" * 65_000 + b"\n\n"
+def sse_chunk(i: int) -> bytes:
+    # A new object each time, as on the wire: pickle would send a repeated one only once.
+    return b"data: %06d" % i + b"x" * 65_000 + b"\n\n"
 
 
 def exchange(uid: str) -> dict[str, Any]:
@@ -63,7 +65,7 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
             slowest = 0.0
             for i in range(100):  # 6.5 MB: more than the pipe (~3 MB here) and the buffer hold
                 t = time.perf_counter()
-                link.chunk("big", i * 1000, SSE_CHUNK)
+                link.chunk("big", i * 1000, sse_chunk(i))
                 slowest = max(slowest, time.perf_counter() - t)
                 await asyncio.sleep(0.002)
             lost = link.lost_chunks
@@ -87,7 +89,7 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
         # Up to the first dropped chunk, every event is there, whole.
         events = store.events(big.id)
         assert 0 < len(events) <= 100 - lost
-        assert all(e.raw == SSE_CHUNK for e in events)
+        assert [e.raw for e in events] == [sse_chunk(i) for i in range(len(events))]
         assert [e.offset_us for e in events] == [i * 1000 for i in range(len(events))]
         assert final["events_recorded"] == 5 + len(events)
 
