@@ -97,6 +97,7 @@ class RecordLink:
         self._restart_at = 0.0
         self._backoff = _RESTART_FIRST
         self._closing = False
+        self._spawned = False
         self._lost_dirty = False
         self.lost_exchanges = 0
         self.lost_chunks = 0
@@ -105,7 +106,10 @@ class RecordLink:
         self.stored_before: dict[str, int] = {"exchanges_recorded": 0, "events_recorded": 0}
 
     def start(self) -> None:
-        self._spawn()
+        """Start the recording process now, warm for the first exchange; beside the
+        replayer (not ``active``) only once there is something to record."""
+        if self._cfg["active"]:
+            self._spawn()
 
     @property
     def pid(self) -> int | None:
@@ -181,11 +185,11 @@ class RecordLink:
         if self._lost_dirty:
             self._lost_dirty = False
             batch.append(("n", self._lost()))
+        if not batch:
+            return
         child = self._ready_child()
         if child is None:
             self._drop(batch)
-            return
-        if not batch:
             return
         for msg in batch:
             if msg[0] == "b":
@@ -238,6 +242,7 @@ class RecordLink:
     # The recording process's life.
 
     def _spawn(self) -> None:
+        self._spawned = True
         try:
             self._child = _Child()
         except OSError as e:
@@ -256,11 +261,14 @@ class RecordLink:
             return child
         if child is not None:
             self._bury(child)
+        elif not self._spawned:  # the first exchange of a replaying session
+            self._spawn()
+            return self._child
         if self._closing or time.monotonic() < self._restart_at:
             return None
-        self.restarts += 1
         self._spawn()
         if self._child is not None:
+            self.restarts += 1
             log.warning("ssetape: recording process started again (%d restarts)", self.restarts)
         return self._child
 
@@ -292,6 +300,8 @@ class RecordLink:
 
     def close(self, timeout: float = 20.0) -> dict[str, Any] | None:
         """Hand over what is left and wait for the recording process's final counts."""
+        if not self._spawned and not self._batch:
+            return self._idle_final()
         self._closing = True
         self._lost_dirty = True
         self.flush()  # the proxy's final losses first, so the final counts hold them
@@ -318,3 +328,17 @@ class RecordLink:
             child.proc.wait()
         self._child = None
         return child.final
+
+    def _idle_final(self) -> dict[str, Any]:
+        """The final counts of a session that never had anything to record."""
+        return {
+            "exchanges_recorded": 0,
+            "events_recorded": 0,
+            "exchanges_lost": self.lost_exchanges,
+            "events_lost": self.lost_chunks,
+            "store_errors": 0,
+            "last_error": None,
+            "capture_failures": 0,
+            "saved": True,
+            "active": False,
+        }

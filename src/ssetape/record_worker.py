@@ -49,6 +49,7 @@ log = logging.getLogger("ssetape.recorder")
 
 PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
 REPORT_EVERY = 0.5
+NICE = 10
 
 
 class _Forward(logging.Handler):
@@ -204,6 +205,9 @@ def main() -> int:
     # when recording ends (it closes the pipe), so nothing in flight is cut short.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # When CPU is short, relaying comes first: this process catches up when the proxy idles
+    # (what it cannot hold is dropped and counted, never the traffic slowed).
+    os.nice(NICE)
     # The channel to the proxy is a private copy of stdout; stray prints go to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

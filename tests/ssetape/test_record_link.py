@@ -19,6 +19,7 @@ from ssetape.storage.store import Store
 
 from ssetape.record_link import RecordLink
 
+
 def sse_chunk(i: int) -> bytes:
     # A new object each time, as on the wire: pickle would send a repeated one only once.
     return b"data: %06d" % i + b"x" * 65_000 + b"\n\n"
