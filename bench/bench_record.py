@@ -13,6 +13,7 @@ for 1 stream and 20 concurrent streams.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import statistics
@@ -53,11 +54,11 @@ def wait_port(port: int, timeout: float = 30) -> None:
 
 
 @contextmanager
-def process(cmd: list[str], port: int) -> Iterator[None]:
+def process(cmd: list[str], port: int) -> Iterator[int]:
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
-        yield
+        yield p.pid
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -99,6 +100,23 @@ def run_sdk(client: openai.OpenAI, b: dict[str, object]) -> list[float]:
     stream = client.chat.completions.create(**b)  # type: ignore[call-overload]
     times = [time.perf_counter() - t0 for _ in stream]
     return [*times, times[-1]]  # the SDK swallows [DONE]; it ends the stream at the same time
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU time (user + system) of a process, and of its live children (ssetape's recording
+    process), in seconds."""
+
+    def own(p: int) -> float:
+        with open(f"/proc/{p}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(c) for c in f.read().split()]
+    return own(pid), sum(own(c) for c in children)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -168,16 +186,18 @@ def main() -> None:
     names = ["direct", "mitmdump", "ssetape record"]
     lat: dict[tuple[str, str], list[dict[str, float]]] = {}
     tput: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    cpu: dict[str, list[tuple[float, ...]]] = {}  # µs of CPU per relayed event
     with ExitStack() as stack:
         stack.enter_context(process([*sim, "1", "--port", str(sim_port)], sim_port))
         stack.enter_context(process([*sim, "1000", "--port", str(fast_port)], fast_port))
         bases: dict[tuple[str, str], str] = {}
+        pids: dict[tuple[str, str], int] = {}
         for up_port, label in ((sim_port, "latency"), (fast_port, "throughput")):
             up = f"http://127.0.0.1:{up_port}"
             bases[("direct", label)] = up
             for name, cmd in (("mitmdump", mitmdump), ("ssetape record", ssetape)):
                 port = free_port()
-                stack.enter_context(process(cmd(up, port), port))
+                pids[(name, label)] = stack.enter_context(process(cmd(up, port), port))
                 bases[(name, label)] = f"http://127.0.0.1:{port}"
         # Interleaved rounds: the machine's background noise hits every target alike.
         for r in range(args.rounds):
@@ -187,7 +207,18 @@ def main() -> None:
                     lat.setdefault((name, client), []).append(res)
                 base = bases[(name, "throughput")]
                 throughput(base, 1, 200)  # warm-up
+                pid = pids.get((name, "throughput"))
+                before = cpu_seconds(pid) if pid else (0.0, 0.0)
                 tput[name].append((throughput(base, 1, 2000), throughput(base, 20, 200)))
+                if pid:
+                    time.sleep(1.0)  # the recording process stores the rest
+                    after = cpu_seconds(pid)
+                    per_event = 1e6 / (2000 + 20 * 200)
+                    cpu.setdefault(name, []).append(
+                        tuple((a - b) * per_event for a, b in zip(after, before, strict=True))
+                    )
+                print(f"  {name}: {tput[name][-1][0]:,.0f} / {tput[name][-1][1]:,.0f} events/s",
+                      file=sys.stderr)  # fmt: skip
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     def med(values: list[float]) -> float:
@@ -207,6 +238,12 @@ def main() -> None:
     for name in names:
         one, twenty = med([t[0] for t in tput[name]]), med([t[1] for t in tput[name]])
         print(f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / m1:.2f} / {twenty / m20:.2f} |")
+    print("\n| target | proxy process CPU per event | recording process CPU per event |")
+    print("|---|---:|---:|")
+    for name, rows in cpu.items():
+        proxy, rec = med([r[0] for r in rows]), med([r[1] for r in rows])
+        recording = f"{rec:.1f} µs" if rec else "-"
+        print(f"| {name} | {proxy:.1f} µs | {recording} |")
 
 
 if __name__ == "__main__":

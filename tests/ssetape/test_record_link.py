@@ -111,3 +111,26 @@ def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path)
         [x] = store.exchanges()
         assert [e.data for e in store.events(x.id)] == [str(i) for i in range(50)]
         assert x.recorder is not None and x.recorder.split(":")[1] != str(os.getpid())
+
+
+def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -> None:
+    """A replay-only session never starts a recording process, nor touches its tape."""
+    db = str(tmp_path / "tape.db")
+    Store.open(db).close()
+    idle = RecordLink(db, max_pending=1000, active=False)
+    idle.start()
+    assert idle.pid is None
+    final = idle.close()
+    assert final is not None and final["active"] is False and final["events_recorded"] == 0
+
+    link = RecordLink(db, max_pending=1000, active=False)
+    link.start()
+    stream(link, "miss")  # a request the tape did not have, forwarded and recorded
+    link.chunk("miss", 5, b"data: {}\n\n")
+    assert link.pid is not None  # no event loop here: handed over at once
+    link.finish("miss", 9, {"state": "completed", "error": None})
+    final = link.close()
+    assert final is not None and final["active"] is True and final["events_recorded"] == 1
+    with Store.open(db, create=False) as store:
+        [x] = store.exchanges()
+        assert x.event_count == 1
