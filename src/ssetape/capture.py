@@ -16,6 +16,10 @@ from ssetape.sse import SseEvent, SseParser
 log = logging.getLogger("ssetape.capture")
 
 
+# A blank line ends an SSE event, whichever line ends the server uses.
+_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+
+
 class EventSink(Protocol):
     def add_events(self, uid: str, rows: list[dict[str, object]]) -> None: ...
     def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None: ...
@@ -56,6 +60,8 @@ class Capture:
         self._chunk_seq = 0
         self.error: str | None = None
         self.offset = 0  # of the latest chunk
+        self.missing = 0  # bytes that never reached this capture (see gap)
+        self._skipping = False  # after a gap: until the next event starts
         self.event_count = 0
         self.first_event_us: int | None = None
         try:
@@ -73,7 +79,23 @@ class Capture:
             except Exception as e:
                 self.fail(f"{type(e).__name__}: {e}")
 
+    def gap(self, size: int, tail: bytes) -> None:
+        """``size`` bytes of the stream, ending in ``tail``, never arrived: resume at the
+        next event (what the parser held is incomplete now), or give up if compressed."""
+        self.missing += size
+        if self.error is not None:
+            return
+        if self._decode is not None:
+            self.fail(f"{size} bytes of a compressed stream not recorded")
+        elif self._parser is not None:
+            self._parser = SseParser()
+            self._skipping = not tail.endswith(_EVENT_ENDS)
+
     def _feed(self, data: bytes, offset: int) -> None:
+        if self._skipping:
+            data = self._resync(data)
+            if not data:
+                return
         if self._decode is not None:
             self._sink.add_chunks(
                 self.uid, [{"seq": self._chunk_seq, "offset_us": offset, "data": data}]
@@ -86,6 +108,14 @@ class Capture:
             self._emit_raw(data, offset)
         else:
             self._emit(self._parser.feed(data), offset)
+
+    def _resync(self, data: bytes) -> bytes:
+        """What follows the first event end in ``data`` (all of it is skipped until one)."""
+        ends = [i + len(sep) for sep in _EVENT_ENDS if (i := data.find(sep)) >= 0]
+        if not ends:
+            return b""
+        self._skipping = False
+        return data[min(ends) :]
 
     def close(self, offset: int) -> None:
         """End of stream (clean or not) at ``offset``: flush what the parser still holds."""

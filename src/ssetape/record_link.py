@@ -4,8 +4,9 @@ Parsing and storing cost CPU that, in the proxy's own process, would hold the in
 lock the event loop needs to relay bytes. So the proxy only stamps each chunk and appends it
 to a batch here; every few milliseconds the batch is pickled and written to the recording
 process's stdin, without ever blocking: what the pipe does not take waits in a bounded buffer,
-drained when the pipe is writable again. Past that bound new chunks are dropped, counted, and
-their exchange marked as not fully recorded, never slowing the traffic.
+drained when the pipe is writable again. Past that bound new chunks are dropped and counted,
+their exchange says how many bytes it misses, and its capture resumes at the next event:
+the traffic is never slowed.
 
 If the recording process dies, the exchanges it had in flight are counted as lost, a new one
 is started (backing off if it keeps dying), and traffic is untouched throughout.
@@ -92,7 +93,6 @@ class RecordLink:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching = False
-        self._gaps: dict[str, int] = {}  # bytes dropped per exchange since the last batch
         self._orphans: set[str] = set()  # exchanges begun in a process that died
         self._restart_at = 0.0
         self._backoff = _RESTART_FIRST
@@ -133,7 +133,7 @@ class RecordLink:
     def chunk(self, uid: str, offset: int, data: bytes) -> None:
         """One relayed chunk, ``offset`` µs into its exchange: the hot path."""
         if len(self._out) > self._max_buffer or uid in self._orphans:
-            self._lose(uid, len(data))
+            self._lose(uid, data)
             return
         self._batch.append(("c", uid, offset, data))
         self._batch_bytes += len(data)
@@ -147,12 +147,19 @@ class RecordLink:
         self.lost_exchanges += 1
         self._lost_dirty = True
 
-    def _lose(self, uid: str, size: int) -> None:
+    def _lose(self, uid: str, data: bytes) -> None:
         self.lost_chunks += 1
         self._lost_dirty = True
-        if uid not in self._orphans:
-            self._gaps[uid] = self._gaps.get(uid, 0) + size
-            self._schedule()
+        if uid in self._orphans:
+            return
+        # In stream order, so the recording process knows where the hole is; its last bytes
+        # tell whether the next chunk starts a new event.
+        last = self._batch[-1] if self._batch else None
+        if last is not None and last[0] == "g" and last[1] == uid:
+            self._batch[-1] = ("g", uid, last[2] + len(data), data[-4:])
+        else:
+            self._batch.append(("g", uid, len(data), data[-4:]))
+        self._schedule()
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         uid = msg[1]
@@ -179,9 +186,6 @@ class RecordLink:
             self._timer.cancel()
             self._timer = None
         batch, self._batch, self._batch_bytes = self._batch, [], 0
-        for uid, size in self._gaps.items():
-            batch.append(("g", uid, size))
-        self._gaps.clear()
         if self._lost_dirty:
             self._lost_dirty = False
             batch.append(("n", self._lost()))

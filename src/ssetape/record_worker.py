@@ -12,7 +12,8 @@ Messages (tuples; ``uid`` names one exchange):
 - ``("b", uid, fields)``: request arrived; ``("u", uid, fields)``: response headers
 - ``("s", uid, sse, encoding)``: a streamed body begins
 - ``("c", uid, offset_us, data)``: one relayed chunk, stamped by the proxy
-- ``("g", uid, nbytes)``: chunks the proxy did not pass on (this process fell behind)
+- ``("g", uid, nbytes, tail)``: chunks the proxy did not pass on (this process fell
+  behind); ``tail``: their last bytes
 - ``("f", uid, offset_us, fields)``: the exchange ended
 - ``("n", {"exchanges_lost", "events_lost"})``: the proxy's own losses so far
 - ``("close",)``
@@ -49,6 +50,7 @@ log = logging.getLogger("ssetape.recorder")
 
 PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
 REPORT_EVERY = 0.5
+FELL_BEHIND = "the recording process fell behind"
 NICE = 10
 
 
@@ -145,7 +147,7 @@ class RecordWorker:
         elif kind == "g":
             capture = self.captures.get(msg[1])
             if capture is not None:
-                capture.fail(f"{msg[2]} bytes not recorded: the recording process fell behind")
+                capture.gap(msg[2], msg[3])
         elif kind == "f":
             self.finish(msg[1], msg[2], msg[3])
 
@@ -156,7 +158,10 @@ class RecordWorker:
             capture.close(offset)
             if capture.error is not None:
                 self.capture_failures += 1
-                fields["error"] = "; ".join(filter(None, [fields.get("error"), capture.error]))
+            notes = [fields["error"], capture.error]
+            if capture.missing:
+                notes.append(f"{capture.missing} bytes not recorded: {FELL_BEHIND}")
+            fields["error"] = "; ".join(n for n in notes if n) or None
         self.live.finish(uid, fields)
         self.writer.finish(uid, **fields)
 

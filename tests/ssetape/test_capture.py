@@ -70,3 +70,30 @@ def test_non_sse_stream_keeps_chunks_as_records() -> None:
     cap.close(3)
     assert [e["raw"] for e in sink.events] == [b'{"a":1}\n', b'{"b":2}\n']
     assert {e["event"] for e in sink.events} == {None}
+
+
+def test_after_a_gap_capture_resumes_at_the_next_event() -> None:
+    """Chunks the proxy had to drop (the recording process fell behind) leave a hole: the
+    event it cut is lost, the ones after it are captured whole."""
+    sink = Sink()
+    cap = Capture("u", sink, sse=True)
+    cap.feed(b"data: 1\n\ndata: 2 starts", 1)
+    cap.gap(100, b"..2 continues")  # the dropped bytes ended mid-event
+    cap.feed(b" and ends\n\ndata: 3\n\n", 3)
+    cap.gap(50, b"\n\n")  # these ended exactly at an event's end
+    cap.feed(b"data: 5\n\n", 5)
+    cap.close(6)
+    assert [(e["data"], e["offset_us"]) for e in sink.events] == [("1", 1), ("3", 3), ("5", 5)]
+    assert [e["seq"] for e in sink.events] == [0, 1, 2]
+    assert cap.missing == 150 and cap.error is None
+
+
+def test_a_gap_in_a_compressed_stream_ends_its_capture() -> None:
+    co = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    wire = co.compress(STREAM) + co.flush()
+    sink = Sink()
+    cap = Capture("u", sink, sse=True, encoding="gzip")
+    cap.feed(wire[:10], 1)
+    cap.gap(5, wire[10:15])
+    cap.feed(wire[15:], 2)
+    assert cap.error is not None and "compressed" in cap.error and cap.missing == 5

@@ -184,3 +184,35 @@ def test_a_failing_sink_never_touches_the_bytes(
         assert cap.error is not None and "sink exploded" in cap.error
         # Nothing is captured after the failure: no half-parsed state is reused.
         assert sink.calls == fail_at
+
+
+@FUZZ
+@given(
+    body=sse_like,
+    cuts=st.lists(st.integers(min_value=0), max_size=30),
+    dropped=st.sets(st.integers(min_value=0, max_value=30), max_size=10),
+)
+def test_after_dropped_chunks_every_event_captured_was_sent(
+    body: bytes, cuts: list[int], dropped: set[int]
+) -> None:
+    """Whatever the proxy had to drop, no event is made up and none reordered."""
+    sent = Sink()
+    full = Capture("u", sent, sse=True)
+    sink = Sink()
+    cap = Capture("u", sink, sse=True)
+    chunks = chunked(body, cuts)
+    for i, chunk in enumerate(chunks):
+        full.feed(chunk, i)
+        if i in dropped and chunk:
+            cap.gap(len(chunk), chunk[-4:])
+        else:
+            cap.feed(chunk, i)
+    full.close(len(chunks))
+    cap.close(len(chunks))
+    assert cap.error is None
+    want = [e["data"] for e in sent.events if e["data"] is not None]
+    got = [e["data"] for e in sink.events if e["data"] is not None]
+    it = iter(want)
+    assert all(any(g == w for w in it) for g in got), (got, want)  # a subsequence
+    if not dropped & set(range(len(chunks))):
+        assert got == want
