@@ -100,7 +100,7 @@ class RecordLink:
         self._spawned = False
         self._lost_dirty = False
         self.lost_exchanges = 0
-        self.lost_chunks = 0
+        self.lost_events = 0  # in chunks it could not hand over
         self.restarts = 0
         # What recording processes that died had stored, by their last report.
         self.stored_before: dict[str, int] = {"exchanges_recorded": 0, "events_recorded": 0}
@@ -148,7 +148,8 @@ class RecordLink:
         self._lost_dirty = True
 
     def _lose(self, uid: str, data: bytes) -> None:
-        self.lost_chunks += 1
+        # Counted as events (blank lines end SSE events), as the store counts what it keeps.
+        self.lost_events += data.count(b"\n\n") or 1
         self._lost_dirty = True
         if uid in self._orphans:
             return
@@ -206,13 +207,13 @@ class RecordLink:
         self._write()
 
     def _lost(self) -> dict[str, int]:
-        return {"exchanges_lost": self.lost_exchanges, "events_lost": self.lost_chunks}
+        return {"exchanges_lost": self.lost_exchanges, "events_lost": self.lost_events}
 
     def _drop(self, batch: list[tuple[Any, ...]]) -> None:
         """No recording process to take ``batch``: count what it held as lost."""
         for msg in batch:
             if msg[0] == "c":
-                self.lost_chunks += 1
+                self.lost_events += msg[3].count(b"\n\n") or 1
             elif msg[0] == "b":
                 self.lost_exchanges += 1
                 self._orphans.add(msg[1])  # the rest of it is lost too, counted here
@@ -339,7 +340,7 @@ class RecordLink:
             "exchanges_recorded": 0,
             "events_recorded": 0,
             "exchanges_lost": self.lost_exchanges,
-            "events_lost": self.lost_chunks,
+            "events_lost": self.lost_events,
             "store_errors": 0,
             "last_error": None,
             "capture_failures": 0,

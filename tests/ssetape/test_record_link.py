@@ -71,7 +71,7 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
                 link.chunk("big", i * 1000, sse_chunk(i))
                 slowest = max(slowest, time.perf_counter() - t)
                 await asyncio.sleep(0.002)
-            lost = link.lost_chunks
+            lost = link.lost_events  # one event per chunk here
         finally:
             os.kill(pid, signal.SIGCONT)
         link.finish("big", 100_000, {"state": "completed", "error": None})
