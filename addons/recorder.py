@@ -251,11 +251,13 @@ class Recorder:
             self.exit_warned = True
             log.warning(self.exit_line)
             return
-        events = final["events_recorded"] + link.stored_before["events_recorded"]
-        exchanges = final["exchanges_recorded"] + link.stored_before["exchanges_recorded"]
+        # Recording processes that died count with what they last reported.
+        total = {k: v + link.retired.get(k, 0) for k, v in final.items() if type(v) is int}
+        events, exchanges = total["events_recorded"], final["exchanges_recorded"]
+        exchanges += link.retired.get("exchanges_finished", 0)
         parts = [f"ssetape: {_n(events, 'event')} in {_n(exchanges, 'exchange')} stored"]
-        events_lost, exchanges_lost = final["events_lost"], final["exchanges_lost"]
-        unparsed, store_errors = final["capture_failures"], final["store_errors"]
+        events_lost, exchanges_lost = total["events_lost"], total["exchanges_lost"]
+        unparsed, store_errors = total["capture_failures"], total["store_errors"]
         bad = events_lost or exchanges_lost or store_errors or unparsed or link.restarts
         if bad:
             parts.append(f"{_n(events_lost, 'event')} and {_n(exchanges_lost, 'exchange')} lost")

@@ -18,6 +18,7 @@ log = logging.getLogger("ssetape.capture")
 
 # A blank line ends an SSE event, whichever line ends the server uses.
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
+_LONGEST_END = 4
 
 
 class EventSink(Protocol):
@@ -62,6 +63,7 @@ class Capture:
         self.offset = 0  # of the latest chunk
         self.missing = 0  # bytes that never reached this capture (see gap)
         self._skipping = False  # after a gap: until the next event starts
+        self._carry = b""  # while skipping: the last bytes before the next chunk
         self.event_count = 0
         self.first_event_us: int | None = None
         try:
@@ -89,7 +91,7 @@ class Capture:
             self.fail(f"{size} bytes of a compressed stream not recorded")
         elif self._parser is not None:
             self._parser = SseParser()
-            self._skipping = not tail.endswith(_EVENT_ENDS)
+            self._skipping, self._carry = True, tail[-_LONGEST_END:]
 
     def _feed(self, data: bytes, offset: int) -> None:
         if self._skipping:
@@ -110,12 +112,15 @@ class Capture:
             self._emit(self._parser.feed(data), offset)
 
     def _resync(self, data: bytes) -> bytes:
-        """What follows the first event end in ``data`` (all of it is skipped until one)."""
-        ends = [i + len(sep) for sep in _EVENT_ENDS if (i := data.find(sep)) >= 0]
+        """What follows the first event end in the bytes seen since the gap (its last ones
+        included, so an end split across chunks is found); nothing until there is one."""
+        seen = self._carry + data
+        ends = [i + len(sep) for sep in _EVENT_ENDS if (i := seen.find(sep)) >= 0]
         if not ends:
+            self._carry = seen[-_LONGEST_END:]
             return b""
-        self._skipping = False
-        return data[min(ends) :]
+        self._skipping, self._carry = False, b""
+        return seen[min(ends) :]
 
     def close(self, offset: int) -> None:
         """End of stream (clean or not) at ``offset``: flush what the parser still holds."""

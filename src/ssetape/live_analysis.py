@@ -15,6 +15,8 @@ from typing import Any
 from ssetape.analyzer import Analysis, Analyzer
 from ssetape.capture import EventSink
 
+MAX_WAITING = 10_000  # finished analyses waiting for the writer to commit their exchange
+
 
 def content_type(headers: list[list[str]] | None) -> str | None:
     for name, value in headers or ():
@@ -58,6 +60,10 @@ class LiveAnalysis:
         analyzer = self._analyzers.pop(uid, None)
         status, ctype = self._heads.pop(uid, (None, None))
         if analyzer is not None:
+            # Only the writer's indexer takes them; one it never calls for (the store
+            # dropped the exchange) must not pile up: the oldest go (reindex redoes them).
+            while len(self._done) >= MAX_WAITING:
+                self._done.pop(next(iter(self._done)))
             self._done[uid] = analyzer.finish(
                 status=status,
                 state=fields["state"],

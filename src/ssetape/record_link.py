@@ -38,6 +38,7 @@ FLUSH_BYTES = 256 * 1024
 PIPE_SIZE = 1 << 20
 MAX_BUFFER = 64 << 20  # bytes of chunks waiting for the pipe, at most
 _RESTART_FIRST, _RESTART_MAX = 1.0, 60.0
+EXIT_GRACE = 20.0
 
 
 class _Child:
@@ -55,6 +56,7 @@ class _Child:
         os.set_blocking(self.fd, False)
         with contextlib.suppress(OSError, AttributeError):  # Linux only; the default works
             fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        self.started = time.monotonic()
         self.open: set[str] = set()  # exchanges it has begun and not finished
         self.final: dict[str, Any] | None = None
         self.counts: dict[str, Any] = {}  # its latest report of what it stored
@@ -65,19 +67,22 @@ class _Child:
         self.reader.start()
 
     def _read(self, out: IO[bytes]) -> None:
-        for line in out:
-            try:
-                msg = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if "log" in msg:
-                name, level, text = msg["log"]
-                logging.getLogger(name).log(level, text)
-            elif "counts" in msg:
-                self.counts = msg["counts"]
-            elif "final" in msg:
-                self.final = msg["final"]
-        self.ended.set()
+        try:
+            for line in out:
+                try:
+                    msg = orjson.loads(line)
+                    if "log" in msg:
+                        name, level, text = msg["log"]
+                        logging.getLogger(name).log(level, text)
+                    elif "counts" in msg:
+                        self.counts = msg["counts"]
+                    elif "final" in msg:
+                        self.final = msg["final"]
+                except (orjson.JSONDecodeError, TypeError, ValueError):
+                    continue  # not one of its reports (a stray print)
+        finally:
+            self.proc.wait()  # reaped here, off the event loop
+            self.ended.set()
 
 
 class RecordLink:
@@ -98,12 +103,12 @@ class RecordLink:
         self._backoff = _RESTART_FIRST
         self._closing = False
         self._spawned = False
-        self._lost_dirty = False
+        self._unsent = {"exchanges_lost": 0, "events_lost": 0}  # not yet told to a child
         self.lost_exchanges = 0
         self.lost_events = 0  # in chunks it could not hand over
         self.restarts = 0
-        # What recording processes that died had stored, by their last report.
-        self.stored_before: dict[str, int] = {"exchanges_recorded": 0, "events_recorded": 0}
+        # The counts of recording processes that died, by their last report.
+        self.retired: dict[str, int] = {}
 
     def start(self) -> None:
         """Start the recording process now, warm for the first exchange; beside the
@@ -144,20 +149,26 @@ class RecordLink:
 
     def note_lost_exchange(self) -> None:
         """An exchange the proxy could not hand over (a bug in its hooks)."""
-        self.lost_exchanges += 1
-        self._lost_dirty = True
+        self._count_lost(exchanges=1)
+
+    def _count_lost(self, *, exchanges: int = 0, data: bytes | bytearray = b"") -> None:
+        # Counted as events (blank lines end SSE events), as the store counts what it keeps.
+        events = data.count(b"\n\n") or data.count(b"\r\n\r\n") or (1 if data else 0)
+        self.lost_exchanges += exchanges
+        self.lost_events += events
+        self._unsent["exchanges_lost"] += exchanges
+        self._unsent["events_lost"] += events
 
     def _lose(self, uid: str, data: bytes) -> None:
-        # Counted as events (blank lines end SSE events), as the store counts what it keeps.
-        self.lost_events += data.count(b"\n\n") or 1
-        self._lost_dirty = True
+        self._count_lost(data=data)
         if uid in self._orphans:
+            self._schedule()  # the count goes out with the next batch
             return
         # In stream order, so the recording process knows where the hole is; its last bytes
         # tell whether the next chunk starts a new event.
         last = self._batch[-1] if self._batch else None
         if last is not None and last[0] == "g" and last[1] == uid:
-            self._batch[-1] = ("g", uid, last[2] + len(data), data[-4:])
+            self._batch[-1] = ("g", uid, last[2] + len(data), (last[3] + data)[-4:])
         else:
             self._batch.append(("g", uid, len(data), data[-4:]))
         self._schedule()
@@ -187,9 +198,10 @@ class RecordLink:
             self._timer.cancel()
             self._timer = None
         batch, self._batch, self._batch_bytes = self._batch, [], 0
-        if self._lost_dirty:
-            self._lost_dirty = False
-            batch.append(("n", self._lost()))
+        if any(self._unsent.values()):
+            at = len(batch) - 1 if batch and batch[-1][0] == "close" else len(batch)
+            batch.insert(at, ("n", dict(self._unsent)))
+            self._unsent = dict.fromkeys(self._unsent, 0)
         if not batch:
             return
         child = self._ready_child()
@@ -206,18 +218,19 @@ class RecordLink:
         self._out += payload
         self._write()
 
-    def _lost(self) -> dict[str, int]:
-        return {"exchanges_lost": self.lost_exchanges, "events_lost": self.lost_events}
-
     def _drop(self, batch: list[tuple[Any, ...]]) -> None:
         """No recording process to take ``batch``: count what it held as lost."""
         for msg in batch:
             if msg[0] == "c":
-                self.lost_events += msg[3].count(b"\n\n") or 1
+                self._count_lost(data=msg[3])
+            elif msg[0] == "n":  # told to no one: to the next recording process then
+                for key, n in msg[1].items():
+                    self._unsent[key] += n
             elif msg[0] == "b":
-                self.lost_exchanges += 1
+                self._count_lost(exchanges=1)
                 self._orphans.add(msg[1])  # the rest of it is lost too, counted here
-        self._lost_dirty = True
+            elif msg[0] == "f":
+                self._orphans.discard(msg[1])
 
     def _write(self) -> None:
         child = self._child
@@ -281,18 +294,21 @@ class RecordLink:
         """The recording process died: what it had in flight is lost, traffic goes on."""
         self._watch(False)
         self._child = None
+        # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
+        self._count_lost(exchanges=len(child.open), data=self._out)
         self._out.clear()
-        try:
-            code: int | str = child.proc.wait(1.0)
-        except subprocess.TimeoutExpired:
+        code = child.proc.poll()
+        if code is None:  # it closed the pipe but lives on: stop it (its reader reaps it)
             child.proc.kill()
-            code = "none, killed"
         self._orphans |= child.open
-        for key in self.stored_before:
-            self.stored_before[key] += child.counts.get(key, 0)
-        self.lost_exchanges += len(child.open)
-        self._lost_dirty = True
-        if not self._closing:
+        # What it stored, by its last report; its exchanges count once finished (those in
+        # flight are counted lost above).
+        for key, value in child.counts.items():
+            if isinstance(value, int) and key != "exchanges_recorded":
+                self.retired[key] = self.retired.get(key, 0) + value
+        if time.monotonic() - child.started > _RESTART_MAX:
+            self._backoff = _RESTART_FIRST  # it had been fine for a while: no penalty
+        elif not self._closing:
             self._backoff = min(self._backoff * 2, _RESTART_MAX)
         log.error(
             "ssetape: the recording process ended unexpectedly (exit code %s); %d exchange(s) "
@@ -303,19 +319,19 @@ class RecordLink:
         with contextlib.suppress(OSError):
             child.stdin.close()
 
-    def close(self, timeout: float = 20.0) -> dict[str, Any] | None:
-        """Hand over what is left and wait for the recording process's final counts."""
+    def close(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        """Hand over what is left (waiting up to ``timeout`` for the pipe), then wait for the
+        recording process to store it and report its final counts."""
         if not self._spawned and not self._batch:
             return self._idle_final()
         self._closing = True
-        self._lost_dirty = True
-        self.flush()  # the proxy's final losses first, so the final counts hold them
         self._batch.append(("close",))
-        self.flush()
+        self.flush()  # the proxy's last losses go with it, before it
         child = self._child
         if child is None:
             return None
         self._watch(False)
+        self._loop = None  # from here on this thread writes; no loop callbacks
         deadline = time.monotonic() + timeout
         while self._out and not child.ended.is_set() and time.monotonic() < deadline:
             select.select([], [child.fd], [], 0.1)
@@ -324,13 +340,12 @@ class RecordLink:
                 return None
         with contextlib.suppress(OSError):
             child.stdin.close()
-        child.reader.join(max(0.0, deadline - time.monotonic()))
-        try:
-            child.proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.error("ssetape: the recording process did not finish in %g s; stopped", timeout)
+        # Its own deadline: the store may need its writer's whole grace (10 s) plus the
+        # run row's (5 s) after a long drain.
+        if not child.ended.wait(EXIT_GRACE):
+            log.error("ssetape: the recording process did not finish in %g s; stopped", EXIT_GRACE)
             child.proc.kill()
-            child.proc.wait()
+        child.reader.join(5.0)
         self._child = None
         return child.final
 

@@ -91,15 +91,16 @@ class RecordWorker:
         self.store = Store.open(cfg["db"], create=False, migrate=False)
         # Each stream is analysed as it is captured; the indexer stores the result when the
         # exchange's finish is committed (in the writer's thread).
-        indexer = Indexer(self.store, lambda uid: self.live.take(uid))
-        self.writer = Writer(self.store, on_finished=indexer.index, max_pending=cfg["max_pending"])
+        self.indexer = Indexer(self.store, lambda uid: self.live.take(uid))
+        self.writer = Writer(self.store, on_finished=self.finished, max_pending=cfg["max_pending"])
         self.live = LiveAnalysis(self.writer)
         self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.counts)
         self.active = bool(cfg["active"])
         self.captures: dict[str, Capture] = {}
         self.open: set[str] = set()  # begun here, not finished
         self.capture_failures = 0
-        self.stray_chunks = 0  # for exchanges this process never saw begin
+        self.exchanges_finished = 0  # whose finish is committed
+        self.stray_events = 0  # for exchanges this process never saw begin
         self.proxy_lost = {"exchanges_lost": 0, "events_lost": 0}
         self.closed = False
 
@@ -115,7 +116,7 @@ class RecordWorker:
             exchanges_recorded=st.exchanges,
             events_recorded=st.events,
             exchanges_lost=self.proxy_lost["exchanges_lost"] + st.dropped_exchanges,
-            events_lost=self.proxy_lost["events_lost"] + st.dropped_events + self.stray_chunks,
+            events_lost=self.proxy_lost["events_lost"] + st.dropped_events + self.stray_events,
             store_errors=st.failed_batches,
             last_error=st.last_error,
         )
@@ -125,7 +126,7 @@ class RecordWorker:
         if kind == "c":
             capture = self.captures.get(msg[1])
             if capture is None:
-                self.stray_chunks += 1
+                self.stray_events += msg[3].count(b"\n\n") or 1
             else:
                 capture.feed(msg[3], msg[2])
         elif kind == "b":
@@ -133,8 +134,9 @@ class RecordWorker:
             self.live.begin(msg[1], msg[2])
             self.writer.begin(msg[1], recorder=self.recorder_id, **msg[2])
             self.reporter.activate()
-        elif kind == "n":
-            self.proxy_lost.update(msg[1])
+        elif kind == "n":  # increments
+            for key, n in msg[1].items():
+                self.proxy_lost[key] += n
         elif kind == "close":
             self.closed = True
         elif msg[1] not in self.open:
@@ -150,6 +152,19 @@ class RecordWorker:
                 capture.gap(msg[2], msg[3])
         elif kind == "f":
             self.finish(msg[1], msg[2], msg[3])
+
+    def finished(self, ids: list[int]) -> None:
+        """The writer committed these exchanges' finish (called in its thread)."""
+        self.exchanges_finished += len(ids)
+        self.indexer.index(ids)
+
+    def report(self) -> dict[str, Any]:
+        """All its counters, for the proxy."""
+        return {
+            **dataclasses.asdict(self.counts()),
+            "capture_failures": self.capture_failures,
+            "exchanges_finished": self.exchanges_finished,
+        }
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         self.open.discard(uid)
@@ -180,9 +195,8 @@ class RecordWorker:
         self.writer.close()
         # After the writer: the final counts include what it gave up on.
         saved = self.reporter.stop() or not self.reporter.active
-        final = dataclasses.asdict(self.counts())
+        final = self.report()
         final.update(
-            capture_failures=self.capture_failures,
             saved=saved,
             active=self.reporter.active,
             last_failure=self.reporter.last_failure,
@@ -196,7 +210,7 @@ def report(
 ) -> None:
     """What is stored so far, twice a second: if this process dies, the proxy still knows."""
     while not stop.wait(REPORT_EVERY):
-        line = orjson.dumps({"counts": dataclasses.asdict(worker.counts())})
+        line = orjson.dumps({"counts": worker.report()})
         try:
             with lock:
                 out.write(line + b"\n")

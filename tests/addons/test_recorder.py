@@ -158,10 +158,15 @@ def test_openai_sdk_chat_and_responses_forward_mode(
 
     store = stop_and_open(proc)
     rows = sorted(store.exchanges(), key=lambda x: x.id)
-    assert [(x.path, x.state, x.event_count) for x in rows] == [
-        ("/v1/chat/completions", "completed", len(store.events(rows[0].id))),
-        ("/v1/responses", "completed", len(store.events(rows[1].id))),
+    assert [(x.path, x.event_count) for x in rows] == [
+        ("/v1/chat/completions", len(store.events(rows[0].id))),
+        ("/v1/responses", len(store.events(rows[1].id))),
     ]
+    # The SDK closes the connection once it has read [DONE]; when that beats the end of the
+    # chunked body to the proxy, the transport state is "aborted" (which is true), while the
+    # stream itself ended properly: the outcome says so either way.
+    assert rows[0].state in ("completed", "aborted") and rows[1].state == "completed"
+    assert [x.outcome for x in rows] == ["completed", "completed"]
     data_events = [e for e in store.events(rows[0].id) if e.data is not None]
     assert len(data_events) == len(direct[0]) + 1  # + data: [DONE]
     assert data_events[-1].data == "[DONE]"

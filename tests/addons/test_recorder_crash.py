@@ -204,3 +204,36 @@ def test_after_done_the_rest_of_a_stream_bypasses_its_closed_capture(tmp_path: P
     with Store.open(str(tmp_path / "tape.db"), create=False) as store:
         [x] = store.exchanges()
         assert (x.state, x.event_count) == ("interrupted", 1)
+
+
+def test_the_stream_callable_hands_on_each_chunk_whatever_recording_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The very chunk object goes back to mitmproxy at once, even when handing it to the
+    recording process fails: the failure is logged, the traffic never sees it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from mitmproxy.test import taddons, tflow, tutils
+
+    def broken(uid: str, offset: int, data: bytes) -> None:
+        raise RuntimeError("recording is broken")
+
+    async def session() -> list[bool]:
+        rec = Recorder()
+        with taddons.context(rec) as tctx:
+            tctx.configure(rec, ssetape_db=str(tmp_path / "tape.db"))
+            flow = tflow.tflow()
+            await rec.request(flow)
+            flow.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+            rec.responseheaders(flow)
+            stream = flow.response.stream
+            assert callable(stream) and rec.link is not None
+            chunks = [b"data: %d\n\n" % i for i in range(3)]
+            same = [stream(chunks[0]) is chunks[0]]
+            rec.link.chunk = broken  # type: ignore[method-assign]
+            same += [stream(c) is c for c in chunks[1:]]
+            rec.done()
+        return same
+
+    assert asyncio.run(session()) == [True, True, True]
+    assert "cannot record a chunk" in caplog.text and "recording is broken" in caplog.text

@@ -82,10 +82,14 @@ def test_after_a_gap_capture_resumes_at_the_next_event() -> None:
     cap.feed(b" and ends\n\ndata: 3\n\n", 3)
     cap.gap(50, b"\n\n")  # these ended exactly at an event's end
     cap.feed(b"data: 5\n\n", 5)
-    cap.close(6)
-    assert [(e["data"], e["offset_us"]) for e in sink.events] == [("1", 1), ("3", 3), ("5", 5)]
-    assert [e["seq"] for e in sink.events] == [0, 1, 2]
-    assert cap.missing == 150 and cap.error is None
+    cap.gap(10, b"data: 6 ...\n")  # an event end split across the hole and the next chunk
+    cap.feed(b"\ndata: 7\n\n", 7)
+    cap.close(8)
+    assert [(e["data"], e["offset_us"]) for e in sink.events] == [
+        ("1", 1), ("3", 3), ("5", 5), ("7", 7)
+    ]  # fmt: skip
+    assert [e["seq"] for e in sink.events] == [0, 1, 2, 3]
+    assert cap.missing == 160 and cap.error is None
 
 
 def test_a_gap_in_a_compressed_stream_ends_its_capture() -> None:

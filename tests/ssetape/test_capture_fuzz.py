@@ -3,7 +3,7 @@ random chunking, random and broken content-encodings, a sink that fails.
 
 Whatever comes in: no exception escapes, and what is captured is consistent with what went
 by (a prefix of it when capture gave up). That the client gets its bytes unchanged is the
-proxy's stamp callable's job, tested in tests/addons/test_recorder_link.py.
+proxy's stamp callable's job, tested in tests/addons/test_recorder_crash.py.
 """
 
 from __future__ import annotations
