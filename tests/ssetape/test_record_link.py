@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 
 from ssetape.record_link import RecordLink
@@ -125,6 +126,8 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     assert idle.pid is None
     final = idle.close()
     assert final is not None and final["active"] is False and final["events_recorded"] == 0
+    with Store.open(db, create=False) as store:
+        assert store.exchanges() == [] and Runs(store).all() == []
 
     link = RecordLink(db, max_pending=1000, active=False)
     link.start()
