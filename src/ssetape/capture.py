@@ -64,8 +64,6 @@ class Capture:
         self.missing = 0  # bytes that never reached this capture (see gap)
         self._skipping = False  # after a gap: until the next event starts
         self._carry = b""  # while skipping: the last bytes before the next chunk
-        self.event_count = 0
-        self.first_event_us: int | None = None
         try:
             self._decode = _decoder(encoding)
         except ValueError as e:
@@ -147,7 +145,6 @@ class Capture:
                 }
             )
             self._seq += 1
-        self._count(len(rows), offset)
         self._sink.add_events(self.uid, rows)
 
     def _emit_raw(self, data: bytes, offset: int) -> None:
@@ -160,13 +157,7 @@ class Capture:
             "raw": data,
         }
         self._seq += 1
-        self._count(1, offset)
         self._sink.add_events(self.uid, [row])
-
-    def _count(self, n: int, offset: int) -> None:
-        if self.first_event_us is None:
-            self.first_event_us = offset
-        self.event_count += n
 
     def fail(self, message: str) -> None:
         self.error = f"capture failed: {message}"
