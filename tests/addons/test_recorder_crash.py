@@ -10,6 +10,7 @@ SIGTERM while the store is down: the recorder waits for it, keeps what came and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
@@ -55,13 +56,6 @@ FLUSH_WINDOW = 0.1  # the writer commits at least this often (issue: "at most th
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with store_target(request.param, tmp_path) as target:
         yield target
-
-
-@pytest.fixture
-def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
-    r = Recorders(tmp_path, confdir)
-    yield r
-    r.stop_all()
 
 
 class Reader(threading.Thread):
@@ -179,20 +173,35 @@ def test_sigterm_mid_stream_while_the_store_is_down(sim: Simulator, recorders: R
             assert run.stopped_at is not None and run.events_lost == 0
 
 
-def test_after_done_the_rest_of_a_stream_bypasses_its_closed_capture(tmp_path: Path) -> None:
-    """The deterministic core of the test above, in process: real addon, real SQLite."""
+@contextlib.contextmanager
+def recording(rec: Recorder, tmp_path: Path) -> Iterator[http.HTTPFlow]:
+    """``rec`` loaded in process (real addon, real SQLite in ``tmp_path``), and a flow."""
     with warnings.catch_warnings():  # mitmproxy's test helpers import ldap3 and passlib
         warnings.simplefilter("ignore", DeprecationWarning)
-        from mitmproxy.test import taddons, tflow, tutils
+        from mitmproxy.test import taddons, tflow
+
+    with taddons.context(rec) as tctx:
+        tctx.configure(rec, ssetape_db=str(tmp_path / "tape.db"))
+        yield tflow.tflow()
+
+
+async def streamed(rec: Recorder, flow: http.HTTPFlow) -> http.HTTPFlow:
+    """``flow`` through the recorder's hooks up to an SSE response's headers."""
+    from mitmproxy.test import tutils
+
+    await rec.request(flow)
+    flow.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+    rec.responseheaders(flow)
+    return flow
+
+
+def test_after_done_the_rest_of_a_stream_bypasses_its_closed_capture(tmp_path: Path) -> None:
+    """The deterministic core of the test above, in process: real addon, real SQLite."""
 
     async def session() -> tuple[Recorder, http.HTTPFlow]:
         rec = Recorder()
-        with taddons.context(rec) as tctx:
-            tctx.configure(rec, ssetape_db=str(tmp_path / "tape.db"))
-            flow = tflow.tflow()
-            await rec.request(flow)
-            flow.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
-            rec.responseheaders(flow)
+        with recording(rec, tmp_path) as flow:
+            flow = await streamed(rec, flow)
             assert callable(flow.response.stream)
             assert flow.response.stream(b"data: 1\n\n") == b"data: 1\n\n"
             rec.done()
@@ -211,21 +220,14 @@ def test_the_stream_callable_hands_on_each_chunk_whatever_recording_does(
 ) -> None:
     """The very chunk object goes back to mitmproxy at once, even when handing it to the
     recording process fails: the failure is logged, the traffic never sees it."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from mitmproxy.test import taddons, tflow, tutils
 
     def broken(uid: str, offset: int, data: bytes) -> None:
         raise RuntimeError("recording is broken")
 
     async def session() -> list[bool]:
         rec = Recorder()
-        with taddons.context(rec) as tctx:
-            tctx.configure(rec, ssetape_db=str(tmp_path / "tape.db"))
-            flow = tflow.tflow()
-            await rec.request(flow)
-            flow.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
-            rec.responseheaders(flow)
+        with recording(rec, tmp_path) as flow:
+            flow = await streamed(rec, flow)
             stream = flow.response.stream
             assert callable(stream) and rec.link is not None
             chunks = [b"data: %d\n\n" % i for i in range(3)]

@@ -162,13 +162,6 @@ def stream_through_outage(
 
 
 @pytest.fixture
-def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
-    r = Recorders(tmp_path, confdir)
-    yield r
-    r.stop_all()
-
-
-@pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "fs"
     mount.mkdir()

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import orjson
-import pytest
 from sqlalchemy import func, select
 from ssetape.storage.models import Event
 from ssetape.storage.runs import Runs
@@ -22,13 +19,6 @@ from tests.addons.stores import Recorders, pg_schema
 from tests.conftest import Proc
 
 STREAMS = 50  # per recorder
-
-
-@pytest.fixture
-def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
-    r = Recorders(tmp_path, confdir)
-    yield r
-    r.stop_all()
 
 
 def request(i: int) -> bytes:

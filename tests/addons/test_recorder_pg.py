@@ -7,23 +7,14 @@ stats, export and import.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 
 from ssetape.simulator import Simulator
 from tests.addons.stores import Recorders, pg_schema
 from tests.addons.test_recorder import CHAT, raw_stream
 from tests.conftest import SSETAPE, start_ssetape
-
-
-@pytest.fixture
-def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
-    r = Recorders(tmp_path, confdir)
-    yield r
-    r.stop_all()
 
 
 def test_record_list_show_replay_on_postgresql(

@@ -13,11 +13,9 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 from ssetape.storage.runs import INTERRUPTED
 from ssetape.storage.store import Store
 
@@ -25,13 +23,6 @@ from ssetape.record_worker import REPORT_EVERY
 from ssetape.simulator import Simulator
 from tests.addons.stores import Recorders, recording_process, wait_for
 from tests.addons.test_recorder_failopen import Reader, body
-
-
-@pytest.fixture
-def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
-    r = Recorders(tmp_path, confdir)
-    yield r
-    r.stop_all()
 
 
 def test_recording_process_killed_mid_stream(

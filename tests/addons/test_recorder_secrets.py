@@ -22,13 +22,10 @@ BODY_SECRET = "user-token-SECRET-42"
 COOKIE = "session=SECRETcookie99"
 
 
-def test_no_key_in_db_wal_logs_or_cli_output(
-    sim: Simulator, ssetape_proc: Callable[..., Proc], tmp_path: Path
-) -> None:
-    proc = ssetape_proc(
-        "record", "--mode", f"reverse:{sim.url}", "--redact-field", "metadata.user_token"
-    )
-    client = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
+def session_with_secrets(base: str) -> None:
+    """Streams through the recorder at ``base`` carrying every kind of secret: API keys in
+    Authorization, x-api-key and api-key, a cookie, and a redacted JSON body field."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key=OPENAI_KEY, max_retries=0)
     list(
         client.chat.completions.create(
             model="sim-chat",
@@ -38,14 +35,23 @@ def test_no_key_in_db_wal_logs_or_cli_output(
             extra_body={"metadata": {"user_token": BODY_SECRET, "keep": "visible"}},
         )
     )
-    other = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY + "X", max_retries=0)
-    list(other.responses.create(model="sim-r", stream=True, input="hi"))
-    ant = anthropic.Anthropic(base_url=proc.url, api_key=ANTHROPIC_KEY, max_retries=0)
+    ant = anthropic.Anthropic(base_url=base, api_key=ANTHROPIC_KEY, max_retries=0)
     list(
         ant.messages.create(
             model="sim-m", max_tokens=20, stream=True, messages=[{"role": "user", "content": "hi"}]
         )
     )
+
+
+def test_no_key_in_db_wal_logs_or_cli_output(
+    sim: Simulator, ssetape_proc: Callable[..., Proc], tmp_path: Path
+) -> None:
+    proc = ssetape_proc(
+        "record", "--mode", f"reverse:{sim.url}", "--redact-field", "metadata.user_token"
+    )
+    session_with_secrets(proc.url)
+    other = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY + "X", max_retries=0)
+    list(other.responses.create(model="sim-r", stream=True, input="hi"))
     # The WAL is checked while the recorder still runs: that is when it holds the most.
     wal = Path(proc.db + "-wal")
     wal_bytes = wal.read_bytes() if wal.exists() else b""
@@ -63,13 +69,15 @@ def test_no_key_in_db_wal_logs_or_cli_output(
         for blob in everything:
             assert secret.encode() not in blob
 
-    detail = orjson.loads(shown[1].stdout)
+    # `show --json` of each exchange, by the API it called.
+    ids = {r["url"].rsplit("/", 1)[1]: r["id"] for r in orjson.loads(listing.stdout)}
+    detail = orjson.loads(shown[2 * ids["completions"] - 1].stdout)
     headers = dict((k.lower(), v) for k, v in detail["request"]["headers"])
     assert headers["authorization"].startswith("Bearer <redacted:")
     assert headers["api-key"].startswith("<redacted:")
     assert b"visible" in Path(proc.db).read_bytes()  # only the named field is masked
     # Two different keys stay distinguishable, the same key gives the same mask.
-    second = orjson.loads(shown[3].stdout)
+    second = orjson.loads(shown[2 * ids["responses"] - 1].stdout)
     h2 = dict((k.lower(), v) for k, v in second["request"]["headers"])
     assert h2["authorization"] != headers["authorization"]
     assert httpx.Headers(second["request"]["headers"])["authorization"].startswith("Bearer <red")

@@ -4,11 +4,7 @@ test_recorder_secrets.py): every column of every row is scanned, bytea as raw by
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
-import anthropic
-import openai
-import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from ssetape.simulator import Simulator
@@ -19,6 +15,7 @@ from tests.addons.test_recorder_secrets import (
     BODY_SECRET,
     COOKIE,
     OPENAI_KEY,
+    session_with_secrets,
 )
 
 SECRETS = [OPENAI_KEY, ANTHROPIC_KEY, AZURE_KEY, BODY_SECRET, COOKIE.partition("=")[2]]
@@ -39,37 +36,12 @@ def everything_stored(url: str) -> Iterator[tuple[str, bytes]]:
         engine.dispose()
 
 
-@pytest.fixture
-def recorders(tmp_path: Path, confdir: Path) -> Iterator[Recorders]:
-    r = Recorders(tmp_path, confdir)
-    yield r
-    r.stop_all()
-
-
 def test_no_key_in_postgresql_tables_or_log(sim: Simulator, recorders: Recorders) -> None:
     with pg_schema() as url:
         proc = recorders.start(
             url, "--mode", f"reverse:{sim.url}", "--redact-field", "metadata.user_token"
         )
-        client = openai.OpenAI(base_url=proc.url + "/v1", api_key=OPENAI_KEY, max_retries=0)
-        list(
-            client.chat.completions.create(
-                model="sim-chat",
-                stream=True,
-                messages=[{"role": "user", "content": "hi"}],
-                extra_headers={"cookie": COOKIE, "api-key": AZURE_KEY},
-                extra_body={"metadata": {"user_token": BODY_SECRET, "keep": "visible"}},
-            )
-        )
-        ant = anthropic.Anthropic(base_url=proc.url, api_key=ANTHROPIC_KEY, max_retries=0)
-        list(
-            ant.messages.create(
-                model="sim-m",
-                max_tokens=20,
-                stream=True,
-                messages=[{"role": "user", "content": "hi"}],
-            )
-        )
+        session_with_secrets(proc.url)
         assert proc.stop() == 0, proc.log.decode()
 
         stored = list(everything_stored(url))
