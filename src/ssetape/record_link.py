@@ -297,9 +297,12 @@ class RecordLink:
         # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
         self._count_lost(exchanges=len(child.open), data=self._out)
         self._out.clear()
-        code = child.proc.poll()
-        if code is None:  # it closed the pipe but lives on: stop it (its reader reaps it)
+        # Its reader thread reaps it (poll() here would race that wait); a dead process is
+        # reaped at once, so this only waits for one that closed the pipe but lives on.
+        code: int | str | None = child.proc.returncode if child.ended.wait(0.5) else None
+        if code is None:
             child.proc.kill()
+            code = "none: it stopped reading, so it was killed"
         self._orphans |= child.open
         # What it stored, by its last report; its exchanges count once finished (those in
         # flight are counted lost above).
