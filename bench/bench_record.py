@@ -1,13 +1,18 @@
 """Recording overhead, side by side in one run: direct vs plain mitmdump vs `ssetape record`.
 
     python -m bench.bench_record [--rounds 5] [--events 40] [--throughput-only]
+                                 [--long 20000] [--wide 1000]
 
 Every target is a reverse proxy in front of the same simulator process (`ssetape simulate`).
 Latency: for each event, client arrival time minus the simulator's planned send time, both
 measured from when the request was sent (the planned time comes from the deterministic plan).
 Clients: a bare httpx POST and the official `openai` SDK (which is where plain mitmdump was
 seen to add ~40 ms to every event). Throughput: events/s with the simulator's delays removed,
-for 1 stream and 20 concurrent streams.
+for 1 stream of ``--long`` events and 20 concurrent streams of ``--wide`` events each. Runs
+of about a second measure the steady state: with a few hundred events per stream the rate
+is mostly connection set-up, and a 0.1 s run is mostly noise. Each round measures every
+target back to back; the ratio to mitmdump is taken per round (the machine's drift hits
+both alike), and its median and range are reported.
 """
 
 from __future__ import annotations
@@ -169,6 +174,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per target")
     ap.add_argument("--events", type=int, default=40)
     ap.add_argument("--throughput-only", action="store_true", help="skip the latency part")
+    ap.add_argument("--long", type=int, default=20_000, help="events in the 1-stream run")
+    ap.add_argument("--wide", type=int, default=1_000, help="events per stream, 20 streams")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ssetape-bench-")
     sim_port, fast_port = free_port(), free_port()
@@ -186,7 +193,7 @@ def main() -> None:
     names = ["direct", "mitmdump", "ssetape record"]
     lat: dict[tuple[str, str], list[dict[str, float]]] = {}
     tput: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
-    cpu: dict[str, list[tuple[float, ...]]] = {}  # µs of CPU per relayed event
+    cpu: dict[str, list[float]] = {}  # CPU seconds of the proxy and recording processes
     with ExitStack() as stack:
         stack.enter_context(process([*sim, "1", "--port", str(sim_port)], sim_port))
         stack.enter_context(process([*sim, "1000", "--port", str(fast_port)], fast_port))
@@ -209,14 +216,13 @@ def main() -> None:
                 throughput(base, 1, 200)  # warm-up
                 pid = pids.get((name, "throughput"))
                 before = cpu_seconds(pid) if pid else (0.0, 0.0)
-                tput[name].append((throughput(base, 1, 2000), throughput(base, 20, 200)))
+                tput[name].append((throughput(base, 1, args.long), throughput(base, 20, args.wide)))
                 if pid:
                     time.sleep(1.0)  # the recording process stores the rest
                     after = cpu_seconds(pid)
-                    per_event = 1e6 / (2000 + 20 * 200)
-                    cpu.setdefault(name, []).append(
-                        tuple((a - b) * per_event for a, b in zip(after, before, strict=True))
-                    )
+                    used = cpu.setdefault(name, [0.0, 0.0])
+                    for i, (a, b) in enumerate(zip(after, before, strict=True)):
+                        used[i] += a - b
                 print(f"  {name}: {tput[name][-1][0]:,.0f} / {tput[name][-1][1]:,.0f} events/s",
                       file=sys.stderr)  # fmt: skip
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -232,18 +238,24 @@ def main() -> None:
         cells = [med([r[k] for r in rs]) for k in ("first_p50", "first_p95", "event_p50",
                                                    "event_p95")]  # fmt: skip
         print(f"| {name} | {client} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
-    print("\n| target | events/s, 1 stream | events/s, 20 streams | vs mitmdump (1 / 20) |")
-    print("|---|---:|---:|---:|")
-    m1, m20 = med([t[0] for t in tput["mitmdump"]]), med([t[1] for t in tput["mitmdump"]])
+    print(f"\n{args.rounds} rounds; 1 stream of {args.long:,} events, 20 streams of "
+          f"{args.wide:,}; ratio to mitmdump per round: median (range)\n")  # fmt: skip
+    print("| target | events/s, 1 stream | events/s, 20 streams | vs mitmdump, 1 stream "
+          "| vs mitmdump, 20 streams |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|")
+    base = tput["mitmdump"]
     for name in names:
-        one, twenty = med([t[0] for t in tput[name]]), med([t[1] for t in tput[name]])
-        print(f"| {name} | {one:,.0f} | {twenty:,.0f} | {one / m1:.2f} / {twenty / m20:.2f} |")
+        cells = [f"{med([t[k] for t in tput[name]]):,.0f}" for k in (0, 1)]
+        for k in (0, 1):
+            ratios = [t[k] / b[k] for t, b in zip(tput[name], base, strict=True)]
+            cells.append(f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    events = args.rounds * (args.long + 20 * args.wide)
     print("\n| target | proxy process CPU per event | recording process CPU per event |")
     print("|---|---:|---:|")
-    for name, rows in cpu.items():
-        proxy, rec = med([r[0] for r in rows]), med([r[1] for r in rows])
-        recording = f"{rec:.1f} µs" if rec else "-"
-        print(f"| {name} | {proxy:.1f} µs | {recording} |")
+    for name, (proxy, rec) in cpu.items():
+        recording = f"{rec / events * 1e6:.1f} µs" if rec else "-"
+        print(f"| {name} | {proxy / events * 1e6:.1f} µs | {recording} |")
 
 
 if __name__ == "__main__":

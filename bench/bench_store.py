@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
+from ssetape.storage.batch import EventRow
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
@@ -61,7 +62,7 @@ def pg_target(base: str) -> Iterator[str]:
         admin.dispose()
 
 
-def make_event(seq: int) -> dict[str, object]:
+def make_event(seq: int) -> EventRow:
     chunk = {
         "id": "chatcmpl-bench0123456789abcdef",
         "created": 1735689600,
@@ -76,14 +77,7 @@ def make_event(seq: int) -> dict[str, object]:
     }
     data = orjson.dumps(chunk).decode()
     raw = f"data: {data}\n\n".encode()
-    return {
-        "seq": seq,
-        "offset_us": seq * 1000,
-        "event": "message",
-        "data": data,
-        "sse_id": None,
-        "raw": raw,
-    }
+    return (seq, seq * 1000, "message", data, None, raw)
 
 
 def begin_fields() -> dict[str, object]:
@@ -103,9 +97,7 @@ def begin_fields() -> dict[str, object]:
     }
 
 
-def writer_round(
-    target: str, exchanges: int, rows: list[list[dict[str, object]]]
-) -> tuple[float, float]:
+def writer_round(target: str, exchanges: int, rows: list[list[EventRow]]) -> tuple[float, float]:
     """One round through Writer; returns (seconds until committed, caller µs per call)."""
     store = Store.open(target)
     writer = Writer(store)
@@ -135,7 +127,7 @@ def writer_round(
     return elapsed, caller / calls * 1e6
 
 
-def raw_sqlite_round(target: str, exchanges: int, rows: list[list[dict[str, object]]]) -> float:
+def raw_sqlite_round(target: str, exchanges: int, rows: list[list[EventRow]]) -> float:
     Store.open(target).close()  # same schema and file settings
     conn = sqlite3.connect(target, isolation_level=None)
     conn.execute("PRAGMA synchronous = NORMAL")
@@ -147,13 +139,7 @@ def raw_sqlite_round(target: str, exchanges: int, rows: list[list[dict[str, obje
             "'recording')",
             (x, secrets.token_hex(16)),
         )
-    keys = ("seq", "offset_us", "event", "data", "sse_id", "raw")
-    flat = [
-        (x, *(r[k] for k in keys))
-        for seq_rows in rows
-        for r in seq_rows
-        for x in range(1, exchanges + 1)
-    ]
+    flat = [(x, *r) for seq_rows in rows for r in seq_rows for x in range(1, exchanges + 1)]
     sql = (
         "INSERT INTO events (exchange_id, seq, offset_us, event, data, sse_id, raw) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -177,7 +163,7 @@ def main() -> int:
     per = args.events // args.exchanges
     total = per * args.exchanges
     rows = [[make_event(seq)] for seq in range(per)]  # pre-built: the parser is not measured
-    raw_size = statistics.mean(len(r[0]["raw"]) for r in rows)  # type: ignore[arg-type]
+    raw_size = statistics.mean(len(r[0][5]) for r in rows)
 
     table: list[str] = []
 

@@ -1,14 +1,17 @@
 """CPU per event of the recording process, and what each stage of it costs.
 
-    python -m bench.bench_worker [--events 20000]
+    python -m bench.bench_worker [--events 20000] [--streams 20] [--per-chunk 3]
 
-Feeds the messages `ssetape record`'s proxy would send for 10 chat streams straight into a
+Feeds the messages `ssetape record`'s proxy would send for ``--streams`` chat streams, with
+``--per-chunk`` events in each relayed chunk (at full speed the proxy reads several at once),
+straight into a
 `RecordWorker` (SQLite in a temporary folder) and measures the process's CPU time (all
 threads: parsing and analysis in the main thread, the writer's) until everything is
 committed. Each stage is then switched off in turn; the difference is its cost:
 
 - "no analysis": events go to the writer without `LiveAnalysis` seeing them;
-- "no store": the writer drops event rows instead of storing them.
+- "no store": the writer drops event rows instead of storing them;
+- "no indexing": finished exchanges' analyses are not stored.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import argparse
 import datetime as dt
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
+from ssetape.indexer import Indexer
 from ssetape.live_analysis import LiveAnalysis
-from ssetape.record_worker import RecordWorker
+from ssetape.record_worker import RecordWorker, tune_gc
 
 CHUNK = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o",'
@@ -32,7 +38,7 @@ CHUNK = (
 )
 
 
-def messages(events: int, streams: int = 10) -> list[tuple[Any, ...]]:
+def messages(events: int, streams: int, per_chunk: int) -> list[tuple[Any, ...]]:
     fields = {"started_at": dt.datetime.now(dt.UTC), "method": "POST", "scheme": "http",
               "host": "h", "port": 1, "path": "/v1/chat/completions", "query": "",
               "http_version": "HTTP/1.1", "request_headers": [],
@@ -43,18 +49,23 @@ def messages(events: int, streams: int = 10) -> list[tuple[Any, ...]]:
     for s in range(streams):
         uid = f"u{s}"
         out += [("b", uid, dict(fields)), ("u", uid, dict(head)), ("s", uid, True, "")]
-        out += [("c", uid, i, CHUNK % i) for i in range(events // streams)]
+        n = events // streams
+        out += [
+            ("c", uid, i, b"".join(CHUNK % j for j in range(i, min(n, i + per_chunk))))
+            for i in range(0, n, per_chunk)
+        ]
         out.append(("f", uid, events, {"state": "completed", "error": None}))
     return out
 
 
-def cpu_per_event(events: int) -> float:
+def cpu_per_event(events: int, streams: int, per_chunk: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "worker.db")
         Store.open(db).close()
         worker = RecordWorker({"db": db, "max_pending": 10**7, "active": True})
         worker.start()
-        msgs = messages(events)
+        tune_gc()  # as the recording process does once started
+        msgs = messages(events, streams, per_chunk)
         t = time.process_time()
         for m in msgs:
             worker.handle(m)
@@ -64,27 +75,50 @@ def cpu_per_event(events: int) -> float:
     return used / events * 1e6
 
 
+@contextmanager
+def without(cls: type, name: str, stand_in: Callable[..., Any]) -> Iterator[None]:
+    original = getattr(cls, name)
+    setattr(cls, name, stand_in)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--streams", type=int, default=20)
+    ap.add_argument("--per-chunk", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per stage; the fastest counts")
     args = ap.parse_args()
-    base = cpu_per_event(args.events)
-    add_events = LiveAnalysis.add_events
-    LiveAnalysis.add_events = lambda self, uid, rows: self._sink.add_events(uid, rows)  # type: ignore[method-assign]
-    no_analysis = cpu_per_event(args.events)
-    LiveAnalysis.add_events = add_events  # type: ignore[method-assign]
-    store = Writer.add_events
-    Writer.add_events = lambda self, uid, rows: None  # type: ignore[method-assign]
-    no_store = cpu_per_event(args.events)
-    Writer.add_events = store  # type: ignore[method-assign]
-    print(f"{args.events:,} chat events in 10 streams; CPU µs per event\n")
+
+    def measure() -> float:
+        return min(
+            cpu_per_event(args.events, args.streams, args.per_chunk) for _ in range(args.repeat)
+        )
+
+    measure()  # warm-up: imports, caches
+    base = measure()
+    with without(
+        LiveAnalysis, "add_events", lambda self, uid, rows: self._sink.add_events(uid, rows)
+    ):
+        no_analysis = measure()
+    with without(Writer, "add_events", lambda self, uid, rows: None):
+        no_store = measure()
+    with without(Indexer, "index_finished", lambda self, done: len(done)):
+        no_index = measure()
+    print(f"{args.events:,} chat events in {args.streams} streams, {args.per_chunk} per chunk; "
+          "CPU µs per event\n")  # fmt: skip
     print("| stage | µs per event |")
     print("|---|---:|")
     print(f"| everything | {base:.1f} |")
-    analysis, storing = base - no_analysis, base - no_store
+    analysis, storing, indexing = base - no_analysis, base - no_store, base - no_index
     print(f"| live analysis | {analysis:.1f} |")
-    print(f"| storing (writer queue, batch, SQLite) | {storing:.1f} |")
-    print(f"| the rest (message dispatch, SSE parsing, rows) | {base - analysis - storing:.1f} |")
+    print(f"| storing events (writer queue, batch, SQLite) | {storing:.1f} |")
+    print(f"| storing analyses (indexer) | {indexing:.1f} |")
+    rest = base - analysis - storing - indexing
+    print(f"| the rest (message dispatch, SSE parsing, rows) | {rest:.1f} |")
 
 
 if __name__ == "__main__":

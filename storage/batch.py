@@ -6,7 +6,6 @@ Batch only turns a list of ops into as few statements as possible and runs them.
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, func, insert, select, update
@@ -22,12 +21,14 @@ _COLUMNS = frozenset(EXCHANGES.c.keys()) - {"id", "uid", "event_count"}
 BEGIN, UPDATE, EVENTS_OP, CHUNKS_OP, FINISH, FLUSH, STOP = range(7)
 Op = tuple[int, str, Any]
 ROWS = frozenset((EVENTS_OP, CHUNKS_OP))
-# Table and row layout per row kind (exchange_id goes first in every row tuple).
+# Table and row layout per row kind: rows are plain tuples in this column order (the
+# exchange's id goes in front when it is known).
 TABLES = {
     EVENTS_OP: ("events", ("seq", "offset_us", "event", "data", "sse_id", "raw")),
     CHUNKS_OP: ("chunks", ("seq", "offset_us", "data")),
 }
-_GETTERS = {kind: itemgetter(*keys) for kind, (_, keys) in TABLES.items()}
+EventRow = tuple[int, int, str | None, str | None, str | None, bytes]
+ChunkRow = tuple[int, int, bytes]
 
 
 def fields(payload: dict[str, Any]) -> dict[str, Any]:
@@ -64,7 +65,7 @@ class Batch:
         self.known = known
         self.begins: dict[str, dict[str, Any]] = {}
         self.updates: dict[str, dict[str, Any]] = {}
-        self.row_ops: dict[tuple[int, str], list[dict[str, Any]]] = {}  # rows by (kind, uid)
+        self.row_ops: dict[tuple[int, str], list[tuple[Any, ...]]] = {}  # rows by (kind, uid)
         self.finished: list[str] = []
         self.exchange_ops = 0
         for kind, uid, payload in ops:
@@ -124,8 +125,7 @@ class Batch:
                     self.dropped.append((kind, uid, payload))
                     counts.pop(uid, None)
                 else:
-                    get = _GETTERS[kind]
-                    self.rows[kind] += [(xid, *get(r)) for r in payload]
+                    self.rows[kind] += [(xid, *r) for r in payload]
             for kind, kind_rows in self.rows.items():
                 if kind_rows:  # one executemany (or COPY) per batch, not per exchange
                     _insert_rows(conn, sql, kind, kind_rows, careful)

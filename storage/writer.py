@@ -36,6 +36,8 @@ from ssetape.storage.batch import (
     UPDATE,
     Batch,
     BatchSql,
+    ChunkRow,
+    EventRow,
     Op,
 )
 from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
@@ -90,13 +92,13 @@ class Writer:
         flush_interval: float = 0.05,
         max_batch: int = 10_000,
         max_pending: int = 1_000_000,
-        on_finished: Callable[[list[int]], object] | None = None,
+        on_finished: Callable[[list[tuple[int, str]]], object] | None = None,
     ) -> None:
         self._store = store
-        # Called in this thread with the ids of exchanges whose finish was
+        # Called in this thread with the (id, uid) of exchanges whose finish was
         # committed, before flush() waiters are released (the stream analysis).
         self._on_finished = on_finished
-        self._finished_ids: list[int] = []
+        self._finished_ids: list[tuple[int, str]] = []
         # IMMEDIATE: take SQLite's write lock at BEGIN (waiting busy_timeout),
         # never fail half-way through a batch on a lock upgrade.
         self._engine = (
@@ -137,11 +139,11 @@ class Writer:
     def update(self, uid: str, **fields: object) -> None:
         self._put(UPDATE, uid, fields, 1)
 
-    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None:
+    def add_events(self, uid: str, rows: list[EventRow]) -> None:
         if rows:
             self._put(EVENTS_OP, uid, rows, len(rows))
 
-    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None:
+    def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None:
         if rows:
             self._put(CHUNKS_OP, uid, rows, len(rows))
 
@@ -374,7 +376,7 @@ class Writer:
         for uid in finished:
             xid = known.pop(uid, None)
             if xid is not None:
-                self._finished_ids.append(xid)
+                self._finished_ids.append((xid, uid))
         for op in dropped:
             self._drop(op)
         with self._lock:

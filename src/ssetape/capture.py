@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ssetape.sse import SseEvent, SseParser
+from ssetape.storage.batch import ChunkRow, EventRow
 
 log = logging.getLogger("ssetape.capture")
 
@@ -22,8 +23,8 @@ _LONGEST_END = 4
 
 
 class EventSink(Protocol):
-    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None: ...
-    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None: ...
+    def add_events(self, uid: str, rows: list[EventRow]) -> None: ...
+    def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None: ...
 
 
 def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
@@ -97,9 +98,7 @@ class Capture:
             if not data:
                 return
         if self._decode is not None:
-            self._sink.add_chunks(
-                self.uid, [{"seq": self._chunk_seq, "offset_us": offset, "data": data}]
-            )
+            self._sink.add_chunks(self.uid, [(self._chunk_seq, offset, data)])
             self._chunk_seq += 1
             data = self._decode(data)
             if not data:
@@ -132,32 +131,14 @@ class Capture:
     def _emit(self, events: list[SseEvent], offset: int) -> None:
         if not events:
             return
-        rows: list[dict[str, object]] = []
-        for ev in events:
-            rows.append(
-                {
-                    "seq": self._seq,
-                    "offset_us": offset,
-                    "event": ev.type,
-                    "data": ev.data,
-                    "sse_id": ev.id,
-                    "raw": ev.raw,
-                }
-            )
-            self._seq += 1
+        seq = self._seq
+        rows = [(seq + i, offset, ev.type, ev.data, ev.id, ev.raw) for i, ev in enumerate(events)]
+        self._seq = seq + len(rows)
         self._sink.add_events(self.uid, rows)
 
     def _emit_raw(self, data: bytes, offset: int) -> None:
-        row: dict[str, object] = {
-            "seq": self._seq,
-            "offset_us": offset,
-            "event": None,
-            "data": None,
-            "sse_id": None,
-            "raw": data,
-        }
+        self._sink.add_events(self.uid, [(self._seq, offset, None, None, None, data)])
         self._seq += 1
-        self._sink.add_events(self.uid, [row])
 
     def fail(self, message: str) -> None:
         self.error = f"capture failed: {message}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from ssetape.analyzer import Analysis, Analyzer
 from ssetape.capture import EventSink
+from ssetape.storage.batch import ChunkRow, EventRow
 
 MAX_WAITING = 10_000  # finished analyses waiting for the writer to commit their exchange
 
@@ -45,15 +46,15 @@ class LiveAnalysis:
         if "status" in fields:
             self._heads[uid] = (fields["status"], content_type(fields.get("response_headers")))
 
-    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None:
+    def add_events(self, uid: str, rows: list[EventRow]) -> None:
         analyzer = self._analyzers.get(uid)
         if analyzer is not None:
             feed = analyzer.feed
-            for r in rows:
-                feed(r["seq"], r["offset_us"], r["event"], r["data"])  # type: ignore[arg-type]
+            for seq, offset_us, event, data, _, _ in rows:
+                feed(seq, offset_us, event, data)
         self._sink.add_events(uid, rows)
 
-    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None:
+    def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None:
         self._sink.add_chunks(uid, rows)
 
     def finish(self, uid: str, fields: dict[str, Any]) -> None:

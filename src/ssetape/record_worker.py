@@ -25,6 +25,7 @@ stored, and the exchanges it had in flight are marked interrupted.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import pickle
@@ -52,6 +53,10 @@ PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
 REPORT_EVERY = 0.5
 FELL_BEHIND = "the recording process fell behind"
 NICE = 10
+# Every event makes a dozen short-lived objects (the parsed JSON above all); at Python's
+# default threshold the young-generation collection ran every ~60 events and, with the
+# older ones it triggers, cost a fifth of this process's CPU (`python -m bench.bench_worker`).
+GC_THRESHOLD = (50_000, 20, 20)
 
 
 class _Forward(logging.Handler):
@@ -153,10 +158,10 @@ class RecordWorker:
         elif kind == "f":
             self.finish(msg[1], msg[2], msg[3])
 
-    def finished(self, ids: list[int]) -> None:
+    def finished(self, done: list[tuple[int, str]]) -> None:
         """The writer committed these exchanges' finish (called in its thread)."""
-        self.exchanges_finished += len(ids)
-        self.indexer.index(ids)
+        self.exchanges_finished += len(done)
+        self.indexer.index_finished(done)
 
     def report(self) -> dict[str, Any]:
         """All its counters, for the proxy."""
@@ -205,6 +210,14 @@ class RecordWorker:
         return final
 
 
+def tune_gc() -> None:
+    """Fewer, cheaper collections: what exists after start-up (modules, the store's
+    engine and metadata) lives as long as the process, so collections skip it."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def report(
     worker: RecordWorker, out: IO[bytes], lock: threading.Lock, stop: threading.Event
 ) -> None:
@@ -246,6 +259,7 @@ def main() -> int:
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))
         return 1
+    tune_gc()
     reporting = threading.Event()
     threading.Thread(target=report, args=(worker, out, lock, reporting), daemon=True).start()
     for batch in batches:

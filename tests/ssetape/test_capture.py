@@ -4,20 +4,9 @@ import gzip
 import zlib
 
 from ssetape.capture import Capture
+from tests.ssetape.sink import Sink
 
 STREAM = b'data: {"a":1}\n\n: keep-alive\n\ndata: {"a":2}\n\ndata: [DONE]\n\n'
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.events: list[dict[str, object]] = []
-        self.chunks: list[dict[str, object]] = []
-
-    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None:
-        self.events += rows
-
-    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None:
-        self.chunks += rows
 
 
 def test_events_get_the_offset_of_the_chunk_that_completed_them() -> None:

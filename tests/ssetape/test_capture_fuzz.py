@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ssetape.capture import Capture
+from tests.ssetape.sink import Sink
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -32,32 +33,6 @@ PIECES = [
 ]  # fmt: skip
 sse_like = st.lists(st.sampled_from(PIECES) | st.binary(max_size=20), max_size=60).map(b"".join)
 bodies = sse_like | st.binary(max_size=2000)
-
-
-class Sink:
-    """Collects rows as the writer would; optionally fails on its n-th call."""
-
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.events: list[dict[str, object]] = []
-        self.chunks: list[dict[str, object]] = []
-        self.calls = 0
-        self.fail_at = fail_at
-
-    def _call(self) -> None:
-        self.calls += 1
-        if self.calls == self.fail_at:
-            raise RuntimeError("sink exploded")
-
-    def add_events(self, uid: str, rows: list[dict[str, object]]) -> None:
-        self._call()
-        self.events += rows
-
-    def add_chunks(self, uid: str, rows: list[dict[str, object]]) -> None:
-        self._call()
-        self.chunks += rows
-
-    def raw(self) -> bytes:
-        return b"".join(e["raw"] for e in self.events)  # type: ignore[misc]
 
 
 def chunked(data: bytes, cuts: list[int]) -> list[bytes]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ssetape.storage.batch import EventRow
 from ssetape.storage.store import Store
 
 from tests.addons.stores import pg_schema
@@ -65,24 +66,14 @@ def exchange_fields() -> Callable[..., dict[str, Any]]:
 
 
 @pytest.fixture
-def event_rows() -> Callable[..., list[dict[str, object]]]:
-    """Event rows as the recorder hands them to Writer.add_events."""
+def event_rows() -> Callable[..., list[EventRow]]:
+    """Event rows as the recording process hands them to Writer.add_events."""
 
-    def make(start: int, n: int, *, tag: str = "") -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = []
+    def make(start: int, n: int, *, tag: str = "") -> list[EventRow]:
+        rows: list[EventRow] = []
         for seq in range(start, start + n):
             data = f'{{"tag":"{tag}","seq":{seq}}}'
-            raw = f"data: {data}\n\n".encode()
-            rows.append(
-                {
-                    "seq": seq,
-                    "offset_us": seq * 1000,
-                    "event": "message",
-                    "data": data,
-                    "sse_id": None,
-                    "raw": raw,
-                }
-            )
+            rows.append((seq, seq * 1000, "message", data, None, f"data: {data}\n\n".encode()))
         return rows
 
     return make

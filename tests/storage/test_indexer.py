@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from ssetape.storage.batch import EventRow
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -14,7 +15,7 @@ from ssetape.indexer import ANALYSIS_VERSION, Indexer
 Fields = Callable[..., dict[str, Any]]
 
 
-def chat_rows(texts: list[str], *, done: bool = True, end: bool = True) -> list[dict[str, object]]:
+def chat_rows(texts: list[str], *, done: bool = True, end: bool = True) -> list[EventRow]:
     datas = [
         orjson.dumps(
             {"model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"content": t}}]}
@@ -32,14 +33,7 @@ def chat_rows(texts: list[str], *, done: bool = True, end: bool = True) -> list[
     if done:
         datas.append("[DONE]")
     return [
-        {
-            "seq": i,
-            "offset_us": 100_000 + 20_000 * i,
-            "event": None,
-            "data": d,
-            "sse_id": None,
-            "raw": f"data: {d}\n\n".encode(),
-        }
+        (i, 100_000 + 20_000 * i, None, d, None, f"data: {d}\n\n".encode())
         for i, d in enumerate(datas)
     ]
 
@@ -47,12 +41,12 @@ def chat_rows(texts: list[str], *, done: bool = True, end: bool = True) -> list[
 def test_finished_exchanges_are_analysed_before_flush_returns(
     store: Store, exchange_fields: Fields
 ) -> None:
-    seen: list[list[int]] = []
+    seen: list[list[tuple[int, str]]] = []
     indexer = Indexer(store)
 
-    def on_finished(ids: list[int]) -> None:
-        seen.append(ids)
-        indexer.index(ids)
+    def on_finished(done: list[tuple[int, str]]) -> None:
+        seen.append(done)
+        indexer.index_finished(done)
 
     w = Writer(store, on_finished=on_finished)
     w.start()
@@ -85,11 +79,11 @@ def test_finished_exchanges_are_analysed_before_flush_returns(
     assert b is not None and b.outcome == "cut"
     codes = [f.code for f in indexer.findings(b.id)]
     assert codes == ["no_terminal_event"]
-    assert sorted(i for ids in seen for i in ids) == sorted([a.id, b.id])
+    assert sorted(pair for done in seen for pair in done) == sorted([(a.id, a.uid), (b.id, b.uid)])
 
 
 def test_a_failing_analysis_never_stops_the_writer(store: Store, exchange_fields: Fields) -> None:
-    def broken(ids: list[int]) -> None:
+    def broken(done: list[tuple[int, str]]) -> None:
         raise RuntimeError("analysis bug")
 
     w = Writer(store, on_finished=broken)

@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
+from ssetape.storage.batch import EventRow
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
 Fields = Callable[..., dict[str, Any]]
-Rows = Callable[..., list[dict[str, object]]]
+Rows = Callable[..., list[EventRow]]
 
 
 @pytest.fixture
