@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -34,6 +35,8 @@ STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl"
 # Bodies above this are redacted and hashed in a worker thread, not on the event loop.
 INLINE_BODY = 64 * 1024
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
+STOPPED = "recorder stopped before the exchange ended"
+MOVED = "the store changed (ssetape_db) before the exchange ended"
 
 
 def is_streamed(response: http.Response) -> bool:
@@ -89,9 +92,11 @@ class Recorder:
         if not ctx.options.ssetape_record:
             return
         if self.store is None or "ssetape_db" in updated:
-            self._close()
-            # Opened here too: a bad target is an option error, and migrations run once.
-            self.store = open_store(ctx.options.ssetape_db)
+            # Opened here too: a bad target is an option error (and the old store stays),
+            # and migrations run once.
+            store = open_store(ctx.options.ssetape_db)
+            self._retire()
+            self.store = store
             self.link = RecordLink(
                 ctx.options.ssetape_db or default_db(),
                 max_pending=max(1, ctx.options.ssetape_max_pending),
@@ -224,33 +229,50 @@ class Recorder:
         self.link.finish(uid, now, fields)
 
     def done(self) -> None:
+        self._interrupt(STOPPED)
+        link, store, self.link, self.store = self.link, self.store, None, None
+        self._close(link, store, last=True)
+
+    def _interrupt(self, why: str) -> None:
+        """End the exchanges in flight as interrupted; the rest of their streams passes
+        through as it is (mitmproxy may relay more chunks), not into a closed capture."""
         for flow in list(self.inflight.values()):
             if flow.response is not None and callable(flow.response.stream):
-                # mitmproxy may relay a few more chunks while it shuts down: they pass
-                # through as they are, not into a capture that is closed.
                 flow.response.stream = True
-            self._finish(flow, "interrupted", "recorder stopped before the exchange ended")
-        self._close()
+            self._finish(flow, "interrupted", why)
 
-    def _close(self) -> None:
-        if self.link is not None:
-            final = self.link.close()
-            self._log_counts(final, self.link)
-            self.link = None
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+    def _retire(self) -> None:
+        """``ssetape_db`` changed at runtime: the old recording process stores what it has
+        in a thread of its own (that can take seconds), never on the event loop."""
+        if self.link is None:
+            return
+        self._interrupt(MOVED)
+        link, store, self.link, self.store = self.link, self.store, None, None
+        link.detach()
+        # Not a daemon: the proxy waits for it at exit, so nothing handed over is lost.
+        threading.Thread(
+            target=self._close, args=(link, store), kwargs={"last": False}, name="ssetape-retire"
+        ).start()
 
-    def _log_counts(self, final: dict[str, Any] | None, link: RecordLink) -> None:
-        """One line with what was stored and lost: a warning if anything was lost."""
+    def _close(self, link: RecordLink | None, store: Store | None, *, last: bool) -> None:
+        if link is not None:
+            line, warned = self._counts_line(link.close(), link)
+            if line is not None:
+                log.log(logging.WARNING if warned else logging.INFO, line)
+            if last:  # the exit line is the session's last store's
+                self.exit_line, self.exit_warned = line, warned
+        if store is not None:
+            store.close()
+
+    def _counts_line(
+        self, final: dict[str, Any] | None, link: RecordLink
+    ) -> tuple[str | None, bool]:
+        """One line with what was stored and lost, and whether anything was lost."""
         if final is None:
-            self.exit_line = (
+            return (
                 f"ssetape: the recording process did not report its counts; "
                 f"{_n(link.lost_exchanges, 'exchange')} known lost (see the errors above)"
-            )
-            self.exit_warned = True
-            log.warning(self.exit_line)
-            return
+            ), True
         # Recording processes that died count with what they last reported.
         total = {k: v + link.retired.get(k, 0) for k, v in final.items() if type(v) is int}
         events, exchanges = total["events_recorded"], final["exchanges_recorded"]
@@ -268,14 +290,12 @@ class Recorder:
             if link.restarts:
                 parts.append(f"recording process restarted {_n(link.restarts, 'time')}")
         elif not final["active"]:
-            return  # beside the replayer, nothing was recorded: nothing to report
+            return None, False  # beside the replayer, nothing was recorded: nothing to report
         else:
             parts.append("none lost")
         if not final["saved"]:
             parts.append(f"counts not saved to the store ({final['last_failure']})")
-        self.exit_line = ", ".join(parts)
-        self.exit_warned = bool(bad) or not final["saved"]
-        log.log(logging.WARNING if self.exit_warned else logging.INFO, self.exit_line)
+        return ", ".join(parts), bool(bad) or not final["saved"]
 
 
 addons = [Recorder()]

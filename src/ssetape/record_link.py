@@ -322,6 +322,15 @@ class RecordLink:
         with contextlib.suppress(OSError):
             child.stdin.close()
 
+    def detach(self) -> None:
+        """From now on :meth:`close` runs in another thread: no more loop callbacks (call
+        it on the loop, after the last message)."""
+        self._watch(False)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._loop = None
+
     def close(self, timeout: float = 10.0) -> dict[str, Any] | None:
         """Hand over what is left (waiting up to ``timeout`` for the pipe), then wait for the
         recording process to store it and report its final counts."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -23,7 +24,7 @@ import orjson
 import pytest
 from mitmproxy import http
 from sqlalchemy import text
-from ssetape.addons.recorder import Recorder
+from ssetape.addons.recorder import MOVED, STOPPED, Recorder
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
@@ -239,3 +240,50 @@ def test_the_stream_callable_hands_on_each_chunk_whatever_recording_does(
 
     assert asyncio.run(session()) == [True, True, True]
     assert "cannot record a chunk" in caplog.text and "recording is broken" in caplog.text
+
+
+def test_a_store_change_at_runtime_never_waits_for_the_old_recording_process(
+    tmp_path: Path,
+) -> None:
+    """``ssetape_db`` changed while a stream is in flight (mitmweb's options editor): the old
+    recording process, frozen here, is closed in the background, the loop goes on at once,
+    the stream goes on unrecorded and its exchange ends interrupted in the old store."""
+    from mitmproxy import ctx
+    from mitmproxy.test import tflow
+
+    async def session() -> tuple[float, bool, list[bytes]]:
+        rec = Recorder()
+        with recording(rec, tmp_path) as flow:
+            flow = await streamed(rec, flow)
+            assert callable(flow.response.stream) and rec.link is not None
+            flow.response.stream(b"data: 1\n\n")
+            await asyncio.sleep(5 * FLUSH_DELAY)  # handed over
+            old_pid = rec.link.pid
+            assert old_pid is not None
+            os.kill(old_pid, signal.SIGSTOP)
+            try:
+                t = time.monotonic()
+                ctx.options.update(ssetape_db=str(tmp_path / "new.db"))
+                waited = time.monotonic() - t
+                passes_through = flow.response.stream is True
+                second = await streamed(rec, tflow.tflow())
+                assert callable(second.response.stream)
+                relayed = [second.response.stream(b"data: %d\n\n" % i) for i in range(2)]
+            finally:
+                os.kill(old_pid, signal.SIGCONT)
+            rec.done()
+        for t in threading.enumerate():
+            if t.name == "ssetape-retire":
+                t.join(30)
+        return waited, passes_through, relayed
+
+    waited, passes_through, relayed = asyncio.run(session())
+    # Closing it on the loop waited for the frozen process's exit grace (20 s).
+    assert waited < 2.0
+    assert passes_through and relayed == [b"data: 0\n\n", b"data: 1\n\n"]
+    with Store.open(str(tmp_path / "tape.db"), create=False) as store:
+        [x] = store.exchanges()
+        assert (x.state, x.event_count, x.error) == ("interrupted", 1, MOVED)
+    with Store.open(str(tmp_path / "new.db"), create=False) as store:
+        [x] = store.exchanges()
+        assert (x.state, x.event_count, x.error) == ("interrupted", 2, STOPPED)
