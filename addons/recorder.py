@@ -35,6 +35,7 @@ STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl"
 # Bodies above this are redacted and hashed in a worker thread, not on the event loop.
 INLINE_BODY = 64 * 1024
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
+READY_WAIT = 30.0  # seconds the proxy's start waits for the recording process, at most
 STOPPED = "recorder stopped before the exchange ended"
 MOVED = "the store changed (ssetape_db) before the exchange ended"
 
@@ -87,6 +88,13 @@ class Recorder:
             "Rows kept in memory while the store is slow or unavailable; beyond that new "
             "events are dropped (and counted) instead of growing the proxy's memory.",
         )
+
+    async def running(self) -> None:
+        # Whoever waits for the proxy to be up (`ssetape record` prints its address after
+        # this hook) can count on recording too: the recording process has its store open.
+        link = self.link
+        if link is not None and not await asyncio.to_thread(link.wait_ready, READY_WAIT):
+            log.warning("ssetape: the recording process is not ready yet; traffic flows anyway")
 
     def configure(self, updated: set[str]) -> None:
         if not ctx.options.ssetape_record:

@@ -111,6 +111,8 @@ class Writer:
         self._max_batch = max_batch
         self._max_pending = max_pending
         self._q: queue.SimpleQueue[Op] = queue.SimpleQueue()
+        # Set by flush() and close(): commit what is queued now, do not let the batch fill.
+        self._hurry = threading.Event()
         self._lock = threading.Lock()  # guards the fields below; never held during I/O
         self._stats = WriterStats()
         self._pending = 0  # rows (and exchange ops) accepted, not yet committed or dropped
@@ -152,6 +154,11 @@ class Writer:
         with self._lock:
             self._dead.discard(uid)
 
+    def hurry(self) -> None:
+        """Commit what is queued now instead of letting the batch fill: the caller has
+        handed over a whole batch of its own."""
+        self._hurry.set()
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Block until everything queued so far is committed; False on timeout.
 
@@ -162,6 +169,7 @@ class Writer:
                 return self._pending == 0
         done = threading.Event()
         self._q.put((FLUSH, "", done))
+        self._hurry.set()
         return done.wait(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -172,6 +180,7 @@ class Writer:
             self._closed = True
         self._deadline = time.monotonic() + timeout
         self._q.put((STOP, "", None))
+        self._hurry.set()
         if self._thread is not None:
             self._thread.join(timeout + 1.0)
 
@@ -224,6 +233,7 @@ class Writer:
     def _loop(self) -> None:
         ops: list[Op] = []
         idle_checkpoint = False
+        behind = False  # the last batch was full: more is waiting
         while True:
             try:
                 op = self._q.get(timeout=self._interval if idle_checkpoint else None)
@@ -232,20 +242,23 @@ class Writer:
                 self._unchecked = 0
                 self._checkpoint()
                 continue
-            due = time.monotonic() + self._interval  # the first op waits at most this
+            if not behind and op[0] != FLUSH and op[0] != STOP:
+                # Let the batch fill (the first op waits at most the interval): one wake-up
+                # per batch. Taking each op as it comes cost a thread switch per op, more
+                # than the op itself.
+                self._hurry.wait(self._interval)
+            self._hurry.clear()
             rows = 0
             while op[0] != STOP:
                 ops.append(op)
                 rows += len(op[2]) if op[0] in ROWS else 1
-                if op[0] == FLUSH or rows >= self._max_batch or time.monotonic() >= due:
+                if op[0] == FLUSH or rows >= self._max_batch:
                     break
                 try:
-                    op = self._q.get_nowait()  # cheap path while the queue is busy
+                    op = self._q.get_nowait()
                 except queue.Empty:
-                    try:
-                        op = self._q.get(timeout=max(0.0, due - time.monotonic()))
-                    except queue.Empty:
-                        break
+                    break
+            behind = rows >= self._max_batch
             self._drain(ops)
             if op[0] == STOP or ops:  # ops left over: closing, deadline passed
                 self._give_up(ops)

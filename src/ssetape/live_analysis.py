@@ -27,10 +27,16 @@ def content_type(headers: list[list[str]] | None) -> str | None:
 
 
 class LiveAnalysis:
-    """An ``EventSink`` in front of the writer that also feeds one analyzer per exchange."""
+    """An ``EventSink`` in front of the writer that also feeds one analyzer per exchange.
+
+    Event rows reach the writer once per :meth:`flush` (the recording process calls it after
+    each batch from the proxy), one call per exchange: a call per relayed chunk made the
+    writer's queue the largest cost after SQLite itself.
+    """
 
     def __init__(self, sink: EventSink) -> None:
         self._sink = sink
+        self._rows: dict[str, list[EventRow]] = {}  # not yet handed to the writer
         self._analyzers: dict[str, Analyzer] = {}
         self._heads: dict[str, tuple[int | None, str | None]] = {}
         # Finished analyses by uid; the indexer (in the writer's thread) takes them once
@@ -43,6 +49,7 @@ class LiveAnalysis:
         )
 
     def update(self, uid: str, fields: dict[str, Any]) -> None:
+        self._hand_over(uid)
         if "status" in fields:
             self._heads[uid] = (fields["status"], content_type(fields.get("response_headers")))
 
@@ -52,12 +59,29 @@ class LiveAnalysis:
             feed = analyzer.feed
             for seq, offset_us, event, data, _, _ in rows:
                 feed(seq, offset_us, event, data)
-        self._sink.add_events(uid, rows)
+        waiting = self._rows.get(uid)
+        if waiting is None:
+            self._rows[uid] = rows
+        else:
+            waiting += rows
+
+    def flush(self) -> None:
+        """Hand every waiting row to the writer."""
+        rows, self._rows = self._rows, {}
+        for uid, r in rows.items():
+            self._sink.add_events(uid, r)
+
+    def _hand_over(self, uid: str) -> None:
+        """Before any other op of ``uid`` reaches the writer: its rows, in order."""
+        rows = self._rows.pop(uid, None)
+        if rows is not None:
+            self._sink.add_events(uid, rows)
 
     def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None:
         self._sink.add_chunks(uid, rows)
 
     def finish(self, uid: str, fields: dict[str, Any]) -> None:
+        self._hand_over(uid)
         analyzer = self._analyzers.pop(uid, None)
         status, ctype = self._heads.pop(uid, (None, None))
         if analyzer is not None:

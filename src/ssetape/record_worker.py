@@ -3,8 +3,9 @@
 The proxy's :class:`~ssetape.record_link.RecordLink` starts ``python -m ssetape.record_worker``
 and writes batches of messages to its stdin. This process owns the SSE parsing (``Capture``),
 the ``Writer`` thread, the stream analysis (``Indexer``) and the run row (``RunReporter``), so
-none of that competes with the proxy's event loop for its interpreter lock. It reports log
-records and, at the end, its counts as JSON lines on stdout.
+none of that competes with the proxy's event loop for its interpreter lock. It reports, as
+JSON lines on stdout, that it is ready (its store open), its log records, its counts twice a
+second and, at the end, its final counts.
 
 Messages (tuples; ``uid`` names one exchange):
 
@@ -126,6 +127,16 @@ class RecordWorker:
             last_error=st.last_error,
         )
 
+    def handle_batch(self, batch: list[tuple[Any, ...]]) -> None:
+        """One batch from the proxy; its event rows go to the writer together."""
+        for msg in batch:
+            try:
+                self.handle(msg)
+            except Exception as e:  # one bad message must not end the recording
+                log.error("ssetape: recording error (%s): %s", msg[0], one_line(e))
+        self.live.flush()
+        self.writer.hurry()
+
     def handle(self, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "c":
@@ -197,6 +208,7 @@ class RecordWorker:
             capture = self.captures.get(uid)
             end = capture.offset if capture is not None else 0
             self.finish(uid, end, {"state": "interrupted", "error": PROXY_GONE})
+        self.live.flush()
         self.writer.close()
         # After the writer: the final counts include what it gave up on.
         saved = self.reporter.stop() or not self.reporter.active
@@ -237,9 +249,6 @@ def main() -> int:
     # when recording ends (it closes the pipe), so nothing in flight is cut short.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # When CPU is short, relaying comes first: this process catches up when the proxy idles
-    # (what it cannot hold is dropped and counted, never the traffic slowed).
-    os.nice(NICE)
     # The channel to the proxy is a private copy of stdout; stray prints go to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
@@ -259,15 +268,18 @@ def main() -> int:
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))
         return 1
+    # When CPU is short, relaying comes first: this process catches up when the proxy idles
+    # (what it cannot hold is dropped and counted, never the traffic slowed). Only now:
+    # starting it (the store opened) is what the proxy's start waits for.
+    os.nice(NICE)
     tune_gc()
+    with lock:
+        out.write(b'{"ready":true}\n')
+        out.flush()
     reporting = threading.Event()
     threading.Thread(target=report, args=(worker, out, lock, reporting), daemon=True).start()
     for batch in batches:
-        for msg in batch:
-            try:
-                worker.handle(msg)
-            except Exception as e:  # one bad message must not end the recording
-                log.error("ssetape: recording error (%s): %s", msg[0], one_line(e))
+        worker.handle_batch(batch)
         if worker.closed:
             break
     final = worker.stop()

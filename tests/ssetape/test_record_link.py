@@ -105,6 +105,7 @@ def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path)
     Store.open(db).close()
     link = RecordLink(db, max_pending=1000, active=True)
     link.start()
+    assert link.wait_ready(30)  # what `ssetape record` waits for before it says it listens
     stream(link, "a")
     for i in range(50):
         link.chunk("a", i, b"event: n\ndata: %d\n\n" % i)
@@ -123,7 +124,7 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     Store.open(db).close()
     idle = RecordLink(db, max_pending=1000, active=False)
     idle.start()
-    assert idle.pid is None
+    assert idle.wait_ready(0) and idle.pid is None
     final = idle.close()
     assert final is not None and final["active"] is False and final["events_recorded"] == 0
     with Store.open(db, create=False) as store:
@@ -140,3 +141,15 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     with Store.open(db, create=False) as store:
         [x] = store.exchanges()
         assert x.event_count == 1
+
+
+def test_a_recording_process_that_cannot_start_is_never_waited_for(
+    tmp_path: Path, caplog: Any
+) -> None:
+    link = RecordLink(str(tmp_path / "gone" / "tape.db"), max_pending=1000, active=True)
+    link.start()
+    t = time.monotonic()
+    assert not link.wait_ready(60)
+    assert time.monotonic() - t < 30  # it died: no need to wait out the timeout
+    link.close()
+    assert "the recording process cannot start" in caplog.text
