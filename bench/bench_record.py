@@ -3,7 +3,8 @@
     python -m bench.bench_record [--rounds 5] [--events 40] [--throughput-only]
                                  [--long 20000] [--wide 1000]
 
-Every target is a reverse proxy in front of the same simulator process (`ssetape simulate`).
+Every target is a reverse proxy in front of the same simulator process (`ssetape simulate`);
+a second plain mitmdump ("mitmdump again") shows how much two identical proxies differ.
 Latency: for each event, client arrival time minus the simulator's planned send time, both
 measured from when the request was sent (the planned time comes from the deterministic plan).
 Clients: a bare httpx POST and the official `openai` SDK (which is where plain mitmdump was
@@ -190,7 +191,9 @@ def main() -> None:
         return [str(BIN / "ssetape"), "record", "--mode", f"reverse:{up}", "--port", str(port),
                 "--db", f"{tmp}/bench-{port}.db", "--confdir", f"{tmp}/conf"]  # fmt: skip
 
-    names = ["direct", "mitmdump", "ssetape record"]
+    # A second, identical mitmdump: how far two equal proxies differ in the same run is the
+    # noise any difference between mitmdump and ssetape must be read against.
+    names = ["direct", "mitmdump", "ssetape record", "mitmdump again"]
     lat: dict[tuple[str, str], list[dict[str, float]]] = {}
     tput: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {}  # CPU seconds of the proxy and recording processes
@@ -202,7 +205,8 @@ def main() -> None:
         for up_port, label in ((sim_port, "latency"), (fast_port, "throughput")):
             up = f"http://127.0.0.1:{up_port}"
             bases[("direct", label)] = up
-            for name, cmd in (("mitmdump", mitmdump), ("ssetape record", ssetape)):
+            for name, cmd in (("mitmdump", mitmdump), ("ssetape record", ssetape),
+                              ("mitmdump again", mitmdump)):  # fmt: skip
                 port = free_port()
                 pids[(name, label)] = stack.enter_context(process(cmd(up, port), port))
                 bases[(name, label)] = f"http://127.0.0.1:{port}"
