@@ -98,7 +98,7 @@ class Writer:
         # Called in this thread with the (id, uid) of exchanges whose finish was
         # committed, before flush() waiters are released (the stream analysis).
         self._on_finished = on_finished
-        self._finished_ids: list[tuple[int, str]] = []
+        self._finished: list[tuple[int, str]] = []
         # IMMEDIATE: take SQLite's write lock at BEGIN (waiting busy_timeout),
         # never fail half-way through a batch on a lock upgrade.
         self._engine = (
@@ -316,13 +316,13 @@ class Writer:
                     f"{self._store.url}; dropping new events until it catches up"
                 )
             self._overflow_logged = over
-        if self._finished_ids and self._on_finished is not None:
-            ids, self._finished_ids = self._finished_ids, []
+        if self._finished and self._on_finished is not None:
+            finished, self._finished = self._finished, []
             try:
-                self._on_finished(ids)
+                self._on_finished(finished)
             except Exception as exc:  # derived data only: `ssetape reindex` can redo it
                 log.warning(
-                    f"ssetape storage: analysing {len(ids)} finished exchange(s) failed "
+                    f"ssetape storage: analysing {len(finished)} finished exchange(s) failed "
                     f"({_describe(exc)}); `ssetape reindex --stale` redoes it"
                 )
         for done in flushes:
@@ -389,7 +389,7 @@ class Writer:
         for uid in finished:
             xid = known.pop(uid, None)
             if xid is not None:
-                self._finished_ids.append((xid, uid))
+                self._finished.append((xid, uid))
         for op in dropped:
             self._drop(op)
         with self._lock:
