@@ -62,6 +62,9 @@ class _Child:
             fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self.started = time.monotonic()
         self.open: set[str] = set()  # exchanges it has begun and not finished
+        # Exchanges whose finish it was sent but has not yet reported committed: if it dies
+        # now, they are lost too (their end never reached the store).
+        self.finishing: set[str] = set()
         self.final: dict[str, Any] | None = None
         self.counts: dict[str, Any] = {}  # its latest report of what it stored
         self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
@@ -83,6 +86,8 @@ class _Child:
                         self.counts = msg["counts"]
                     elif "final" in msg:
                         self.final = msg["final"]
+                    elif "done" in msg:
+                        self.finishing.difference_update(msg["done"])
                     elif "ready" in msg:
                         self.ready.set()
                 except (orjson.JSONDecodeError, TypeError, ValueError):
@@ -232,6 +237,7 @@ class RecordLink:
                 child.open.add(msg[1])
             elif msg[0] == "f":
                 child.open.discard(msg[1])
+                child.finishing.add(msg[1])
         payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
         self._out += HEADER.pack(len(payload))
         self._out += payload
@@ -314,7 +320,8 @@ class RecordLink:
         self._watch(False)
         self._child = None
         # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
-        self._count_lost(exchanges=len(child.open), data=self._out)
+        unfinished = len(child.open) + len(child.finishing)
+        self._count_lost(exchanges=unfinished, data=self._out)
         self._out.clear()
         # Its reader thread reaps it (poll() here would race that wait); a dead process is
         # reaped at once, so this only waits for one that closed the pipe but lives on.
@@ -336,7 +343,7 @@ class RecordLink:
             "ssetape: the recording process ended unexpectedly (exit code %s); %d exchange(s) "
             "in flight not fully recorded; traffic continues",
             code,
-            len(child.open),
+            unfinished,
         )
         with contextlib.suppress(OSError):
             child.stdin.close()
@@ -378,6 +385,8 @@ class RecordLink:
             child.proc.kill()
         child.reader.join(5.0)
         self._child = None
+        if child.final is None:  # it died before its final report: the same losses
+            self._count_lost(exchanges=len(child.open) + len(child.finishing))
         return child.final
 
     def _idle_final(self) -> dict[str, Any]:

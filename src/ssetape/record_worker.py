@@ -25,6 +25,7 @@ stored, and the exchanges it had in flight are marked interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
@@ -35,7 +36,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import orjson
@@ -60,21 +61,35 @@ NICE = 10
 GC_THRESHOLD = (50_000, 20, 20)
 
 
+class _Channel:
+    """The JSON lines this process reports to the proxy on; any thread may send."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def send(self, report: dict[str, Any]) -> bool:
+        """False when the proxy is gone (its end of the pipe with it)."""
+        line = orjson.dumps(report) + b"\n"
+        try:
+            with self._lock:
+                self._out.write(line)
+                self._out.flush()
+        except OSError:
+            return False
+        return True
+
+
 class _Forward(logging.Handler):
     """Log records go to the proxy, which logs them as its own."""
 
-    def __init__(self, out: IO[bytes], lock: threading.Lock) -> None:
+    def __init__(self, channel: _Channel) -> None:
         super().__init__(logging.INFO)
-        self._out, self._lock = out, lock
+        self._channel = channel
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            line = orjson.dumps({"log": [record.name, record.levelno, record.getMessage()]})
-            with self._lock:
-                self._out.write(line + b"\n")
-                self._out.flush()
-        except Exception:  # the proxy is gone: nobody to tell
-            pass
+        with contextlib.suppress(Exception):  # nobody to tell: logging must never raise
+            self._channel.send({"log": [record.name, record.levelno, record.getMessage()]})
 
 
 def frames(inp: IO[bytes]) -> Iterator[list[tuple[Any, ...]]]:
@@ -109,6 +124,7 @@ class RecordWorker:
         self.stray_events = 0  # for exchanges this process never saw begin
         self.proxy_lost = {"exchanges_lost": 0, "events_lost": 0}
         self.closed = False
+        self.on_stored: Callable[[list[str]], object] = lambda uids: None
 
     def start(self) -> None:
         self.writer.start()
@@ -172,6 +188,7 @@ class RecordWorker:
     def finished(self, done: list[tuple[int, str]]) -> None:
         """The writer committed these exchanges' finish (called in its thread)."""
         self.exchanges_finished += len(done)
+        self.on_stored([uid for _, uid in done])
         self.indexer.index_finished(done)
 
     def report(self) -> dict[str, Any]:
@@ -230,17 +247,10 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-def report(
-    worker: RecordWorker, out: IO[bytes], lock: threading.Lock, stop: threading.Event
-) -> None:
+def report(worker: RecordWorker, channel: _Channel, stop: threading.Event) -> None:
     """What is stored so far, twice a second: if this process dies, the proxy still knows."""
     while not stop.wait(REPORT_EVERY):
-        line = orjson.dumps({"counts": worker.report()})
-        try:
-            with lock:
-                out.write(line + b"\n")
-                out.flush()
-        except OSError:  # the proxy is gone; its end of the pipe with it
+        if not channel.send({"counts": worker.report()}):
             return
 
 
@@ -250,11 +260,10 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The channel to the proxy is a private copy of stdout; stray prints go to stderr.
-    out = os.fdopen(os.dup(1), "wb")
+    channel = _Channel(os.fdopen(os.dup(1), "wb"))
     os.dup2(2, 1)
-    lock = threading.Lock()
     root = logging.getLogger()
-    root.handlers[:] = [_Forward(out, lock)]
+    root.handlers[:] = [_Forward(channel)]
     root.setLevel(logging.INFO)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     inp = os.fdopen(0, "rb", buffering=1 << 20)
@@ -264,6 +273,9 @@ def main() -> int:
         return 2
     try:
         worker = RecordWorker(first[0][1])
+        # Which exchanges' ends are stored: those it was sent and never confirms are lost
+        # if it dies.
+        worker.on_stored = lambda uids: channel.send({"done": uids})
         worker.start()
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))
@@ -273,23 +285,16 @@ def main() -> int:
     # starting it (the store opened) is what the proxy's start waits for.
     os.nice(NICE)
     tune_gc()
-    with lock:
-        out.write(b'{"ready":true}\n')
-        out.flush()
+    channel.send({"ready": True})
     reporting = threading.Event()
-    threading.Thread(target=report, args=(worker, out, lock, reporting), daemon=True).start()
+    threading.Thread(target=report, args=(worker, channel, reporting), daemon=True).start()
     for batch in batches:
         worker.handle_batch(batch)
         if worker.closed:
             break
     final = worker.stop()
     reporting.set()
-    try:
-        with lock:
-            out.write(orjson.dumps({"final": final}) + b"\n")
-            out.flush()
-    except OSError:
-        pass  # the proxy is gone: the run row holds the same counts
+    channel.send({"final": final})  # if the proxy is gone, the run row holds the same counts
     return 0
 
 

@@ -21,6 +21,7 @@ from ssetape.storage.store import Store
 
 from ssetape.record_link import RecordLink
 from ssetape.record_worker import FELL_BEHIND
+from tests.addons.stores import wait_for
 
 
 def sse_chunk(i: int) -> bytes:
@@ -153,3 +154,33 @@ def test_a_recording_process_that_cannot_start_is_never_waited_for(
     assert time.monotonic() - t < 30  # it died: no need to wait out the timeout
     link.close()
     assert "the recording process cannot start" in caplog.text
+
+
+def test_an_exchange_whose_end_was_sent_but_never_stored_counts_as_lost(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """Its finish was handed over, but the recording process died before storing it: lost,
+    like the exchanges still streaming; one it did store is not."""
+    db = str(tmp_path / "tape.db")
+    Store.open(db).close()
+    link = RecordLink(db, max_pending=1000, active=True)
+    link.start()
+    assert link.wait_ready(30)
+    pid = link.pid
+    assert pid is not None
+    for uid in ("stored", "unstored"):
+        stream(link, uid)
+        link.chunk(uid, 1, b"data: 1\n\n")
+        if uid == "unstored":
+            os.kill(pid, signal.SIGSTOP)  # it never reads this exchange's end
+        link.finish(uid, 2, {"state": "completed", "error": None})
+        if uid == "stored":
+            with Store.open(db, create=False) as store:
+                wait_for(lambda: [x.state for x in store.exchanges()] == ["completed"])
+            time.sleep(0.5)  # its report that the end is stored reaches the proxy
+    os.kill(pid, signal.SIGKILL)
+    while Path(f"/proc/{pid}").exists():  # until the link has reaped it
+        time.sleep(0.01)
+    assert link.close() is None  # no final counts from a killed process
+    assert link.lost_exchanges == 1
+    assert "1 exchange(s) in flight not fully recorded" in caplog.text
