@@ -19,12 +19,12 @@ from typing import Any
 
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
-from ssetape.storage.store import Store
 
-from ssetape.addon_options import add_store_options, default_db, open_store, redactor_for
+from ssetape.addons.options import add_store_options, default_db, open_store, redactor_for
 from ssetape.matching import canonical_request, fingerprint
-from ssetape.record_link import RecordLink
+from ssetape.recording.link import RecordLink
 from ssetape.redactor import Redactor
+from ssetape.storage.store import Store
 
 log = logging.getLogger("ssetape.recorder")
 

@@ -18,18 +18,18 @@ from collections.abc import Sequence
 
 from mitmproxy import ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
-from ssetape.addons.recorder import REPLAYED, Recorder
-from ssetape.storage.store import Store
 
-from ssetape.addon_options import (
+from ssetape.addons.options import (
     add_store_options,
     check_paths,
     default_db,
     open_store,
     redactor_for,
 )
+from ssetape.addons.recorder import REPLAYED, Recorder
 from ssetape.redactor import Redactor
-from ssetape.replay_index import INLINE_BODY, Miss, ReplayIndex
+from ssetape.replay.request_index import INLINE_BODY, Miss, ReplayIndex
+from ssetape.storage.store import Store
 
 log = logging.getLogger("ssetape.replayer")
 
@@ -139,7 +139,7 @@ class Replayer:
         self.server = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "ssetape.timed_server",
+            "ssetape.replay.timed_server",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env={

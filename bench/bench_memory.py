@@ -41,11 +41,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from sqlalchemy import func, select
+
+from bench.bench_record import free_port, wait_port
 from ssetape.storage.models import Event
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
-
-from bench.bench_record import free_port, wait_port
 
 BIN = Path(sys.executable).parent
 EVENT = (

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 import orjson
-from ssetape.storage.store import Store
 
 from bench.bench_record import BIN, free_port, process
 from ssetape.sse import SseParser
+from ssetape.storage.store import Store
 
 RECORDINGS = 20
 

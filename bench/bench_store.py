@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
+
 from ssetape.storage.batch import EventRow
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store

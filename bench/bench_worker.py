@@ -25,12 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ssetape.analysis.analyzer import Analyzer
+from ssetape.analysis.knowledge import Indexer
+from ssetape.recording.worker import RecordWorker, tune_gc
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
-
-from ssetape.analyzer import Analyzer
-from ssetape.indexer import Indexer
-from ssetape.record_worker import RecordWorker, tune_gc
 
 CHUNK = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o",'

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from alembic import context
 from sqlalchemy.engine import Connection
+
 from ssetape.storage.models import Base
 
 config = context.config

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, func, insert, select, update
+
 from ssetape.storage.models import Event, Exchange
 
 EXCHANGES = cast(Table, Exchange.__table__)

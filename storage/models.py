@@ -114,7 +114,7 @@ class Exchange(Base):
     event_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     recorder: Mapped[str | None] = mapped_column(String)
 
-    # Stream knowledge (migration 0002), derived by ssetape.indexer from the
+    # Stream knowledge (migration 0002), derived by ssetape.analysis.knowledge from the
     # events; all NULL until analysed (`ssetape reindex` fills old rows).
     api: Mapped[str | None] = mapped_column(String(32), index=True)
     model: Mapped[str | None] = mapped_column(String, index=True)

@@ -37,6 +37,7 @@ from typing import Any, cast
 from sqlalchemy import Table, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
 from ssetape.storage.models import Exchange, RecorderRun
 from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
 

@@ -26,6 +26,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
 from ssetape.storage.models import Chunk, Event, Exchange, Setting
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -372,7 +373,7 @@ class Store:
     ) -> list[Exchange]:
         """Exchanges by start time (newest first unless ``order_desc=False``).
 
-        ``where`` narrows the query (see ssetape.filters)."""
+        ``where`` narrows the query (see ssetape.storage.filters)."""
         if order_desc:
             order = (Exchange.started_at.desc(), Exchange.id.desc())
         else:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
+
 from ssetape.storage.batch import (
     BEGIN,
     CHUNKS_OP,

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ssetape.simulator import Simulator
+from ssetape.simulator.simulator import Simulator
 
 SSETAPE = str(Path(sys.executable).parent / "ssetape")
 # Fast enough for a quick suite, slow enough that gaps (~10 ms) stand out from noise.

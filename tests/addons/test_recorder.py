@@ -11,12 +11,12 @@ import httpx
 import openai
 import orjson
 import pytest
+
+from ssetape.simulator.scenario import plan
+from ssetape.simulator.simulator import Simulator
+from ssetape.sse import SseParser
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
-
-from ssetape.scenarios import plan
-from ssetape.simulator import Simulator
-from ssetape.sse import SseParser
 from tests.conftest import SIM_SPEED, Proc
 
 CHAT = {

@@ -24,15 +24,15 @@ import orjson
 import pytest
 from mitmproxy import http
 from sqlalchemy import text
+
 from ssetape.addons.recorder import MOVED, STOPPED, Recorder
+from ssetape.recording.link import FLUSH_DELAY
+from ssetape.recording.worker import PROXY_GONE
+from ssetape.simulator.simulator import Simulator
+from ssetape.sse import SseParser
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
-
-from ssetape.record_link import FLUSH_DELAY
-from ssetape.record_worker import PROXY_GONE
-from ssetape.simulator import Simulator
-from ssetape.sse import SseParser
 from tests.addons.stores import (
     Recorders,
     kill9,

@@ -29,12 +29,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+
+from ssetape.simulator.scenario import plan
+from ssetape.simulator.simulator import Simulator
+from ssetape.sse import SseParser
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
-
-from ssetape.scenarios import plan
-from ssetape.simulator import Simulator
-from ssetape.sse import SseParser
 from tests.addons.stores import Recorders, pg_database
 from tests.addons.test_recorder import expected_event_times
 from tests.conftest import SIM_SPEED

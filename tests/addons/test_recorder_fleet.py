@@ -9,12 +9,12 @@ import threading
 import httpx
 import orjson
 from sqlalchemy import func, select
+
+from ssetape.simulator.simulator import Simulator
+from ssetape.sse import SseParser
 from ssetape.storage.models import Event
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
-
-from ssetape.simulator import Simulator
-from ssetape.sse import SseParser
 from tests.addons.stores import Recorders, pg_schema
 from tests.conftest import Proc
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import openai
-from ssetape.storage.store import Store
 
-from ssetape.simulator import Simulator
+from ssetape.simulator.simulator import Simulator
+from ssetape.storage.store import Store
 from tests.conftest import LISTEN, Proc
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from ssetape.simulator import Simulator
+from ssetape.simulator.simulator import Simulator
 from tests.addons.stores import Recorders, pg_schema
 from tests.addons.test_recorder import CHAT, raw_stream
 from tests.conftest import SSETAPE, start_ssetape
@@ -55,7 +55,7 @@ def test_record_list_show_replay_on_postgresql(
         # stats, export and import on PostgreSQL too (in process: no mitmproxy needed).
         from click.testing import CliRunner
 
-        from ssetape.cli import main
+        from ssetape.cli.main import main
 
         def cli(*args: str) -> str:
             r = CliRunner().invoke(main, list(args), catch_exceptions=False)

@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import orjson
+
+from ssetape.recording.worker import REPORT_EVERY
+from ssetape.simulator.simulator import Simulator
 from ssetape.storage.runs import INTERRUPTED
 from ssetape.storage.store import Store
-
-from ssetape.record_worker import REPORT_EVERY
-from ssetape.simulator import Simulator
 from tests.addons.stores import Recorders, recording_process, wait_for
 from tests.addons.test_recorder_failopen import Reader, body
 

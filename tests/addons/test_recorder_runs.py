@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable
 
 import httpx
+
+from ssetape.simulator.simulator import Simulator
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
-
-from ssetape.simulator import Simulator
 from tests.addons.test_recorder import CHAT, raw_stream
 from tests.conftest import Proc
 

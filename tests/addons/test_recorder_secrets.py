@@ -11,7 +11,7 @@ import httpx
 import openai
 import orjson
 
-from ssetape.simulator import Simulator
+from ssetape.simulator.simulator import Simulator
 from tests.conftest import SSETAPE, Proc
 
 OPENAI_KEY = "sk-proj-SECRETopenaiKEY0123456789abcdef"

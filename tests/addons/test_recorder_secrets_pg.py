@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from sqlalchemy import create_engine, inspect, text
 
-from ssetape.simulator import Simulator
+from ssetape.simulator.simulator import Simulator
 from tests.addons.stores import Recorders, pg_schema
 from tests.addons.test_recorder_secrets import (
     ANTHROPIC_KEY,

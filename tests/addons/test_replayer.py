@@ -13,10 +13,10 @@ import httpx
 import openai
 import orjson
 import pytest
-from ssetape.storage.store import Store
 
-from ssetape.simulator import Simulator
+from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
+from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc, tls_simulator
 
 CHAT: dict[str, Any] = {

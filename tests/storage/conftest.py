@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ssetape.storage.batch import EventRow
 from ssetape.storage.store import Store
-
 from tests.addons.stores import pg_schema
 
 PG_ENV = "SSETAPE_TEST_PG_URL"

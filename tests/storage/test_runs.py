@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import event
+
 from ssetape.storage.models import Exchange
 from ssetape.storage.runs import (
     INTERRUPTED,

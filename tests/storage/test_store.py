@@ -18,6 +18,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import delete, func, inspect, select, text
+
 from ssetape.storage.models import Base, Chunk, Event, Exchange
 from ssetape.storage.store import Store, StoreError
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
+
 from ssetape.storage.batch import EventRow
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store

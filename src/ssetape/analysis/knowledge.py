@@ -1,0 +1,165 @@
+"""Stream knowledge in the store: runs the analyzer over stored exchanges and saves what it finds.
+
+The recording process's writer thread calls it for every exchange it finishes (with the
+analysis ``LiveAnalysis`` made while the stream went by), and `ssetape reindex` for old rows
+(reading events back from the store in pages, so a million-event stream is analysed in
+bounded memory): live and recomputed knowledge come from the same ``Analyzer``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from ssetape.analysis.analyzer import Analysis, Analyzer
+from ssetape.analysis.live_analysis import content_type
+from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.storage.store import SQLITE_BEGIN, Store
+
+log = logging.getLogger("ssetape.analysis.knowledge")
+
+# Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
+ANALYSIS_VERSION = 1
+_PAGE = 5_000
+EXCHANGES = cast(Table, Exchange.__table__)
+
+
+def knowledge_columns(a: Analysis) -> dict[str, Any]:
+    """The Exchange column values for one analysis."""
+    return {
+        "api": a.api,
+        "model": a.model,
+        "outcome": a.outcome,
+        "outcome_reason": a.reason,
+        "input_tokens": a.input_tokens,
+        "output_tokens": a.output_tokens,
+        "total_tokens": a.total_tokens,
+        "ttft_us": a.ttft_us,
+        "gap_median_us": a.gap_median_us,
+        "gap_p95_us": a.gap_p95_us,
+        "gap_max_us": a.gap_max_us,
+        "tokens_per_s": a.tokens_per_s,
+        "output_text": a.output_text,
+        "details": {
+            "refusal_text": a.refusal_text,
+            "reasoning_text": a.reasoning_text,
+            "tool_calls": a.tool_calls,
+        },
+        "analysis_version": ANALYSIS_VERSION,
+    }
+
+
+_UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
+
+
+def _save(conn: Connection, results: list[tuple[int, Analysis]]) -> None:
+    """Knowledge columns and findings of analysed exchanges: a few statements for all."""
+    if not results:
+        return
+    conn.execute(_UPDATE, [{"xid_": xid, **knowledge_columns(a)} for xid, a in results])
+    ids = [xid for xid, _ in results]
+    for start in range(0, len(ids), 500):  # SQLite caps the variables in one statement
+        conn.execute(delete(Finding).where(Finding.exchange_id.in_(ids[start : start + 500])))
+    findings = [
+        {"exchange_id": xid, "n": n, "code": f.code, "event_seq": f.event_seq, "detail": f.detail}
+        for xid, a in results
+        for n, f in enumerate(a.findings)
+    ]
+    if findings:
+        conn.execute(insert(Finding), findings)
+
+
+class Indexer:
+    """Analyses stored exchanges and writes their stream knowledge and findings."""
+
+    def __init__(self, store: Store, live: Callable[[str], Analysis | None] | None = None) -> None:
+        """``live``: the analysis already made while recording an exchange, by uid."""
+        self._store = store
+        self._live = live
+        self._engine = (
+            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+            if store.is_sqlite
+            else store.engine
+        )
+
+    def analyse(self, s: Session, x: Exchange) -> Analysis:
+        analyzer = Analyzer(method=x.method, path=x.path, request_body=x.request_body)
+        if x.is_stream:
+            stmt = (
+                select(Event.seq, Event.offset_us, Event.event, Event.data)
+                .where(Event.exchange_id == x.id)
+                .order_by(Event.seq)
+                .execution_options(yield_per=_PAGE)
+            )
+            for seq, offset_us, event, data in s.execute(stmt):
+                analyzer.feed(seq, offset_us, event, data)
+        return analyzer.finish(
+            status=x.status,
+            state=x.state,
+            response_body=None if x.is_stream else x.response_body,
+            response_content_type=content_type(x.response_headers),
+        )
+
+    def index(self, exchange_ids: Iterable[int]) -> int:
+        """Analyse and store the exchanges in one transaction; the number done."""
+        # IMMEDIATE on SQLite: this reads, then writes; a plain BEGIN would fail at once
+        # ("database is locked") when another connection commits in between.
+        with Session(self._engine) as s, s.begin():
+            results: list[tuple[int, Analysis]] = []
+            for xid in exchange_ids:
+                x = s.get(Exchange, xid)
+                if x is None:
+                    continue
+                live = self._live(x.uid) if self._live is not None else None
+                results.append((xid, live if live is not None else self.analyse(s, x)))
+                s.expunge(x)  # keep the session small over long reindex runs
+            _save(s.connection(), results)
+        return len(results)
+
+    def index_finished(self, finished: list[tuple[int, str]]) -> int:
+        """Store the live analyses of just-recorded exchanges, ``(id, uid)`` pairs, without
+        reading the exchanges back (about 1 ms each through the ORM: per event of a
+        1,000-event stream, as much as its SSE parsing). Those without one are analysed
+        from the store."""
+        take = self._live or (lambda uid: None)
+        results: list[tuple[int, Analysis]] = []
+        rest: list[int] = []
+        for xid, uid in finished:
+            a = take(uid)
+            if a is None:
+                rest.append(xid)
+            else:
+                results.append((xid, a))
+        if results:
+            with self._engine.begin() as conn:
+                _save(conn, results)
+        return len(results) + (self.index(rest) if rest else 0)
+
+    def ids(self, *, stale_only: bool = False) -> list[int]:
+        """Exchanges to (re)index: all, or only those never analysed by this version."""
+        stmt = select(Exchange.id).order_by(Exchange.id)
+        if stale_only:
+            stmt = stmt.where(
+                (Exchange.analysis_version.is_(None))
+                | (Exchange.analysis_version != ANALYSIS_VERSION)
+            )
+        with self._store.Session() as s:
+            return list(s.scalars(stmt))
+
+    def reindex(self, ids: list[int], *, progress: Callable[[int], None] | None = None) -> int:
+        done = 0
+        for start in range(0, len(ids), 100):
+            part = ids[start : start + 100]
+            done += self.index(part)
+            if progress is not None:
+                progress(len(part))
+        return done
+
+    def findings(self, exchange_id: int) -> list[Finding]:
+        stmt = select(Finding).where(Finding.exchange_id == exchange_id).order_by(Finding.n)
+        with self._store.Session() as s:
+            return list(s.scalars(stmt))

@@ -1,0 +1,100 @@
+"""Stream knowledge computed while the recording process captures a stream.
+
+The indexer would otherwise read every event of a finished exchange back from the store to
+analyse it, which was the recording process's largest single cost. Here the same
+``Analyzer`` sees each event as ``Capture`` emits it, on its way to the writer, and the
+``Indexer`` takes the finished analysis instead of re-reading. When the writer had to drop
+events (the store was slow), the analysis still saw them all; ``ssetape reindex`` recomputes
+from what was stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ssetape.analysis.analyzer import Analysis, Analyzer
+from ssetape.recording.capture import EventSink
+from ssetape.storage.batch import ChunkRow, EventRow
+
+MAX_WAITING = 10_000  # finished analyses waiting for the writer to commit their exchange
+
+
+def content_type(headers: list[list[str]] | None) -> str | None:
+    for name, value in headers or ():
+        if name.lower() == "content-type":
+            return value
+    return None
+
+
+class LiveAnalysis:
+    """An ``EventSink`` in front of the writer that also feeds one analyzer per exchange.
+
+    Event rows reach the writer once per :meth:`flush` (the recording process calls it after
+    each batch from the proxy), one call per exchange: a call per relayed chunk made the
+    writer's queue the largest cost after SQLite itself.
+    """
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._rows: dict[str, list[EventRow]] = {}  # not yet handed to the writer
+        self._analyzers: dict[str, Analyzer] = {}
+        self._heads: dict[str, tuple[int | None, str | None]] = {}
+        # Finished analyses by uid; the indexer (in the writer's thread) takes them once
+        # the exchange's finish is committed. Single dict operations: safe across threads.
+        self._done: dict[str, Analysis] = {}
+
+    def begin(self, uid: str, fields: dict[str, Any]) -> None:
+        self._analyzers[uid] = Analyzer(
+            method=fields["method"], path=fields["path"], request_body=fields["request_body"]
+        )
+
+    def update(self, uid: str, fields: dict[str, Any]) -> None:
+        self._hand_over(uid)
+        if "status" in fields:
+            self._heads[uid] = (fields["status"], content_type(fields.get("response_headers")))
+
+    def add_events(self, uid: str, rows: list[EventRow]) -> None:
+        analyzer = self._analyzers.get(uid)
+        if analyzer is not None:
+            feed = analyzer.feed
+            for seq, offset_us, event, data, _, _ in rows:
+                feed(seq, offset_us, event, data)
+        waiting = self._rows.get(uid)
+        if waiting is None:
+            self._rows[uid] = rows
+        else:
+            waiting += rows
+
+    def flush(self) -> None:
+        """Hand every waiting row to the writer."""
+        rows, self._rows = self._rows, {}
+        for uid, r in rows.items():
+            self._sink.add_events(uid, r)
+
+    def _hand_over(self, uid: str) -> None:
+        """Before any other op of ``uid`` reaches the writer: its rows, in order."""
+        rows = self._rows.pop(uid, None)
+        if rows is not None:
+            self._sink.add_events(uid, rows)
+
+    def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None:
+        self._sink.add_chunks(uid, rows)
+
+    def finish(self, uid: str, fields: dict[str, Any]) -> None:
+        self._hand_over(uid)
+        analyzer = self._analyzers.pop(uid, None)
+        status, ctype = self._heads.pop(uid, (None, None))
+        if analyzer is not None:
+            # Only the writer's indexer takes them; one it never calls for (the store
+            # dropped the exchange) must not pile up: the oldest go (reindex redoes them).
+            while len(self._done) >= MAX_WAITING:
+                self._done.pop(next(iter(self._done)))
+            self._done[uid] = analyzer.finish(
+                status=status,
+                state=fields["state"],
+                response_body=fields.get("response_body"),
+                response_content_type=ctype,
+            )
+
+    def take(self, uid: str) -> Analysis | None:
+        return self._done.pop(uid, None)

@@ -1,0 +1,125 @@
+"""The running state of one exchange's analysis, which the API rule modules update.
+
+:class:`Tally` is what :mod:`ssetape.analysis.rules_openai` and :mod:`ssetape.analysis.rules_anthropic` write
+into and :class:`~ssetape.analysis.analyzer.Analyzer` reads its :class:`~ssetape.analysis.analyzer.Analysis`
+from; :class:`Finding` is here because a tally collects them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["MAX_FINDINGS", "Finding", "Tally", "ToolCall"]
+
+MAX_FINDINGS = 100
+# How many unknown event names are remembered for de-duplication; past that the findings cap
+# has long been reached, so remembering more would only cost memory.
+_MAX_UNKNOWN_NAMES = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: str
+    event_seq: int | None
+    detail: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+    # The complete arguments when the stream states them (Responses ``...arguments.done``,
+    # non-streamed bodies); they win over the concatenated deltas.
+    final: str | None = None
+
+
+class Tally:
+    """Running state of one exchange, updated by the rule modules."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.model: str | None = None
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.reasoning: list[str] = []
+        self.tools: dict[object, ToolCall] = {}
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.total_tokens: int | None = None
+        self.usage_seen = False
+        self.refusal_seen = False
+        # The outcome the exchange itself announced (finish_reason, terminal event, body).
+        self.outcome: str | None = None
+        self.reason: str | None = None
+        # Anthropic's stop_reason arrives in message_delta but only counts at message_stop.
+        self.stop_reason: str | None = None
+        # closed: nothing may follow, except one ``[DONE]`` while done_ok (after an images
+        # completed event, or after an error chunk). finished: the stream's terminal arrived.
+        self.closed = False
+        self.done_ok = False
+        self.finished = False
+        self.findings: list[Finding] = []
+        self.dropped = 0
+        self.unknown_names: set[str] = set()
+
+    def add(self, code: str, seq: int | None, detail: str) -> None:
+        if len(self.findings) < MAX_FINDINGS:
+            self.findings.append(Finding(code, seq, detail))
+        else:
+            self.dropped += 1
+
+    def unknown(self, seq: int, name: str) -> None:
+        """An event name outside the vocabulary: reported once per name, then ignored."""
+        if name in self.unknown_names:
+            return
+        if len(self.unknown_names) < _MAX_UNKNOWN_NAMES:
+            self.unknown_names.add(name)
+        self.add("unknown_event", seq, f"Event type {name[:80]!r} is not in the {self.api} API.")
+
+    def tool(self, key: object) -> ToolCall:
+        call = self.tools.get(key)
+        if call is None:
+            call = self.tools[key] = ToolCall()
+        return call
+
+    def usage(self, inp: object, out: object, total: object) -> None:
+        """Record reported token counts; values that are not counts are ignored, never guessed."""
+        self.usage_seen = True
+        if _count(inp) is not None:
+            self.input_tokens = _count(inp)
+        if _count(out) is not None:
+            self.output_tokens = _count(out)
+        if _count(total) is not None:
+            self.total_tokens = _count(total)
+
+    def set_model(self, value: object) -> None:
+        if self.model is None and isinstance(value, str) and value:
+            self.model = value
+
+    def end(
+        self, outcome: str, reason: str | None, *, finished: bool = True, done_ok: bool = False
+    ) -> None:
+        self.outcome, self.reason = outcome, reason
+        self.closed, self.finished, self.done_ok = True, finished, done_ok
+
+    @staticmethod
+    def error_reason(err: object) -> str | None:
+        """The most specific label of an error object: code, else type, else message."""
+        if isinstance(err, str):
+            return err or None
+        if not isinstance(err, dict):
+            return None
+        for key in ("code", "type", "message"):
+            value = err.get(key)
+            if isinstance(value, str) and value:
+                return value
+            if isinstance(value, int) and not isinstance(value, bool):
+                return str(value)  # OpenRouter puts HTTP-like numbers in error.code
+        return None
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None

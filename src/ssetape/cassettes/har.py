@@ -1,0 +1,187 @@
+"""HAR 1.2 export: recorded exchanges for browser dev tools and other HAR viewers.
+
+HAR has no notion of events arriving over time, so every entry carries them in a custom
+``_ssetape`` field (custom fields start with an underscore in HAR 1.2): a list of
+``{"seq", "offset_us", "event", "data"}``, offsets in microseconds from the moment the proxy had
+the whole request. Bodies are decoded (content-encoding undone) as HAR wants them; text that is
+not UTF-8 is base64 with ``"encoding": "base64"``. Lossy by nature: use cassettes to round-trip.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+from pathlib import Path
+from typing import IO, Any, cast
+from urllib.parse import parse_qsl
+
+import orjson
+from sqlalchemy import Table, select
+
+from ssetape.cassettes.cassette import CassetteError, Narrow, Progress, scrubber, select_ids
+from ssetape.files import private_file
+from ssetape.storage.models import Event, Exchange
+from ssetape.storage.store import Store
+
+_EXCHANGES = cast(Table, Exchange.__table__)
+_EVENTS = cast(Table, Event.__table__)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_BATCH = 200
+
+
+def _header(headers: list[list[str]] | None, name: str) -> str:
+    return next((v for k, v in headers or [] if k.lower() == name), "")
+
+
+def _content(data: bytes, mime: str) -> dict[str, Any]:
+    try:
+        return {"size": len(data), "mimeType": mime, "text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        text = base64.b64encode(data).decode("ascii")
+        return {"size": len(data), "mimeType": mime, "text": text, "encoding": "base64"}
+
+
+def _decoded(data: bytes, encoding: str) -> bytes:
+    if encoding.lower() in ("", "identity"):
+        return data
+    from mitmproxy.net.encoding import decode
+
+    try:
+        out = decode(data, encoding)
+    except ValueError:
+        return data  # a body cut mid-stream may not decode: show the bytes as they came
+    return out if isinstance(out, bytes) else data
+
+
+def _ms(us: int | None) -> float:
+    return round(us / 1000, 3) if us is not None else -1
+
+
+class Har:
+    """Builds HAR 1.2 documents from a store, one entry per exchange, oldest first."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._scrub = scrubber(store)
+
+    def entry(self, x: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
+        x = self._scrub(dict(x))
+        port = "" if _DEFAULT_PORTS.get(x["scheme"]) == x["port"] else f":{x['port']}"
+        query = x["query"] or ""
+        url = f"{x['scheme']}://{x['host']}{port}{x['path']}" + (f"?{query}" if query else "")
+        req_headers = x["request_headers"] or []
+        resp_headers = x["response_headers"] or []
+        request: dict[str, Any] = {
+            "method": x["method"],
+            "url": url,
+            "httpVersion": x["http_version"],
+            "cookies": [],
+            "headers": [{"name": k, "value": v} for k, v in req_headers],
+            "queryString": [
+                {"name": k, "value": v} for k, v in parse_qsl(query, keep_blank_values=True)
+            ],
+            "headersSize": -1,
+            "bodySize": len(x["request_body"] or b""),
+        }
+        if x["request_body"]:
+            post = _content(x["request_body"], _header(req_headers, "content-type"))
+            request["postData"] = {
+                "mimeType": post["mimeType"],
+                "text": post["text"],
+                **({"_encoding": "base64"} if "encoding" in post else {}),
+            }
+        if x["is_stream"]:
+            # Events hold the decoded stream, byte-exact; wire chunks may be compressed.
+            body = b"".join(e["raw"] for e in events)
+        else:
+            body = _decoded(x["response_body"] or b"", _header(resp_headers, "content-encoding"))
+        ttfb, duration = x["ttfb_us"], x["duration_us"]
+        receive = max(0, (duration or 0) - (ttfb or 0)) if ttfb is not None else 0
+        comment = f"ssetape exchange {x['uid']}: {x['state']}"
+        if x["error"]:
+            comment += f" ({x['error']})"
+        return {
+            "startedDateTime": x["started_at"].isoformat(),
+            "time": _ms(duration if duration is not None else (ttfb or 0)),
+            "request": request,
+            "response": {
+                "status": x["status"] or 0,
+                "statusText": x["reason"] or "",
+                "httpVersion": x["http_version"],
+                "cookies": [],
+                "headers": [{"name": k, "value": v} for k, v in resp_headers],
+                "content": _content(body, _header(resp_headers, "content-type")),
+                "redirectURL": _header(resp_headers, "location"),
+                "headersSize": -1,
+                "bodySize": -1 if x["status"] is None else len(body),
+            },
+            "cache": {},
+            "timings": {
+                "blocked": -1,
+                "dns": -1,
+                "connect": -1,
+                "ssl": -1,
+                "send": 0,
+                "wait": max(0.0, _ms(ttfb)),
+                "receive": _ms(receive),
+            },
+            "comment": comment,
+            "_ssetape": [
+                {
+                    "seq": e["seq"],
+                    "offset_us": e["offset_us"],
+                    "event": e["event"],
+                    "data": e["data"],
+                }
+                for e in events
+            ],
+        }
+
+    def write(
+        self, out: IO[bytes], narrow: Narrow | None = None, *, progress: Progress | None = None
+    ) -> int:
+        """Stream one HAR document to ``out`` (entries one by one); returns the entry count."""
+        try:
+            version = importlib.metadata.version("ssetape")
+        except importlib.metadata.PackageNotFoundError:
+            version = "0"
+        log = {"version": "1.2", "creator": {"name": "ssetape", "version": version}}
+        out.write(b'{"log":' + orjson.dumps(log)[:-1] + b',"entries":[\n')
+        order = (_EXCHANGES.c.started_at, _EXCHANGES.c.id)
+        with self.store.engine.connect() as conn:
+            ids = list(conn.execute(select_ids(narrow, *order)).scalars())
+            first = True
+            for start in range(0, len(ids), _BATCH):
+                batch = ids[start : start + _BATCH]
+                rows = {
+                    r.id: dict(r._mapping)
+                    for r in conn.execute(select(_EXCHANGES).where(_EXCHANGES.c.id.in_(batch)))
+                }
+                events: dict[int, list[dict[str, Any]]] = {}
+                q = select(_EVENTS).where(_EVENTS.c.exchange_id.in_(batch))
+                for r in conn.execute(q.order_by(_EVENTS.c.exchange_id, _EVENTS.c.seq)):
+                    events.setdefault(r.exchange_id, []).append(dict(r._mapping))
+                for xid in batch:
+                    if xid not in rows:
+                        continue
+                    try:
+                        entry = orjson.dumps(self.entry(rows[xid], events.get(xid, [])))
+                    except orjson.JSONEncodeError as e:
+                        raise CassetteError(
+                            f"cannot write exchange {rows[xid]['uid']}: {e}"
+                        ) from None
+                    out.write(entry if first else b",\n" + entry)
+                    first = False
+                if progress is not None:
+                    progress(min(start + _BATCH, len(ids)), len(ids))
+        out.write(b"\n]}}\n")
+        return len(ids)
+
+    def export(
+        self, path: Path, narrow: Narrow | None = None, *, progress: Progress | None = None
+    ) -> int:
+        try:
+            with private_file(path) as out:
+                return self.write(out, narrow, progress=progress)
+        except OSError as e:
+            raise CassetteError(f"cannot write {path}: {e.strerror or e}") from None

@@ -1,0 +1,207 @@
+"""`ssetape export` and `ssetape import`: cassettes (JSON Lines) and HAR files."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from sqlalchemy import ColumnElement, Select, Table, or_
+
+from ssetape.cassettes.cassette import MAX_BYTES, MAX_LINE_BYTES, Cassette, CassetteError, Narrow
+from ssetape.cassettes.cassette import Progress as ProgressFn
+from ssetape.cli.proxy import db_option, open_db, shown
+from ssetape.storage.filters import Filters, TimeParam
+from ssetape.storage.models import EXCHANGE_STATES, Exchange
+
+_EXCHANGES = cast(Table, Exchange.__table__)
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
+    """Sizes as bytes or with a unit: 64MiB, 512k, 2G (binary units)."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    if m is None or int(m.group(1)) < 1:
+        raise click.BadParameter(f"{value!r} is not a size (e.g. 1048576, 64MiB, 2G)")
+    unit = (m.group(2) or "b")[0].lower()
+    return int(m.group(1)) * {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
+
+
+@contextlib.contextmanager
+def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | None]:
+    """A progress bar on stderr when a person is watching it; silent in pipes and CI logs."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    count = DownloadColumn(binary_units=True) if in_bytes else MofNCompleteColumn()
+    columns = (TextColumn(what), BarColumn(), count, TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _narrow(
+    filters: Filters,
+    ids: tuple[str, ...],
+    hosts: tuple[str, ...],
+    path: str | None,
+    states: tuple[str, ...],
+    until: dt.datetime | None,
+) -> Narrow:
+    c = _EXCHANGES.c
+    where: list[ColumnElement[bool]] = []
+    if ids:
+        # As `ssetape show` reads them: 32 characters is a uid, other digits an id.
+        uids = [i for i in ids if len(i) == 32 or not i.isdigit()]
+        nums = [int(i) for i in ids if i not in uids]
+        where.append(or_(c.id.in_(nums), c.uid.in_(uids)))
+    if hosts:
+        where.append(c.host.in_([h.lower() for h in hosts]))
+    if path:
+        where.append(c.path.startswith(path, autoescape=True))
+    if states:
+        where.append(c.state.in_(states))
+    if until is not None:
+        where.append(c.started_at < until)
+
+    def narrow(stmt: Select[Any]) -> Select[Any]:
+        return filters.apply(stmt).where(*where)
+
+    return narrow
+
+
+@click.command("export")
+@db_option
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="File to write (created 0600, replaced atomically); - for standard output.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "har"]),
+    help="jsonl (a cassette, lossless) or har (HAR 1.2). Default: har for *.har, else jsonl.",
+)
+@click.option("--id", "ids", multiple=True, help="Exchange id or uid (repeatable).")
+@click.option("--host", "hosts", multiple=True, help="Only this host (repeatable).")
+@click.option("--path", help="Only request paths starting with this, e.g. /v1/chat.")
+@click.option(
+    "--state", "states", multiple=True, type=click.Choice(EXCHANGE_STATES), help="(repeatable)"
+)
+@click.option(
+    "--until", type=TimeParam(), help="Only started before this: 30m, 1h, 2d ago or a date."
+)
+@Filters.options
+def export_cmd(
+    db: str,
+    output: Path,
+    fmt: str | None,
+    ids: tuple[str, ...],
+    hosts: tuple[str, ...],
+    path: str | None,
+    states: tuple[str, ...],
+    until: dt.datetime | None,
+    **filters: Any,
+) -> None:
+    """Write recorded exchanges to a cassette (JSON Lines) or a HAR file.
+
+    Cassettes keep every byte and every event offset: `ssetape import` brings them back into
+    any store and replay is identical. The store's redaction key is never written.
+    """
+    from ssetape.cassettes.cassette import write_cassette
+    from ssetape.cassettes.har import Har
+
+    fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
+    narrow = _narrow(Filters.pop(filters), ids, hosts, path, states, until)
+    store = open_db(db, create=False)
+    try:
+        with _progress("exporting") as progress:
+            if str(output) == "-":
+                out = sys.stdout.buffer
+                if fmt == "har":
+                    n = Har(store).write(out, narrow, progress=progress)
+                else:
+                    n = write_cassette(store, out, narrow, progress=progress)
+                out.flush()
+            elif fmt == "har":
+                n = Har(store).export(output, narrow, progress=progress)
+            else:
+                n = Cassette(output).export(store, narrow, progress=progress)
+    except CassetteError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        store.close()
+    if str(output) != "-":
+        click.echo(f"exported {n} exchange(s) to {output} ({fmt})", err=True)
+
+
+@click.command("import")
+@click.argument("cassette", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+@click.option(
+    "--max-line-bytes",
+    default=str(MAX_LINE_BYTES),
+    callback=_size,
+    show_default="64MiB",
+    help="Refuse longer lines (e.g. 64MiB).",
+)
+@click.option(
+    "--max-bytes",
+    default=str(MAX_BYTES),
+    callback=_size,
+    show_default="4GiB",
+    help="Refuse larger cassettes.",
+)
+def import_cmd(cassette: Path, db: str, max_line_bytes: int, max_bytes: int) -> None:
+    """Add a cassette's exchanges to a store (one transaction; exchanges already there are
+    skipped), ready for `ssetape replay`."""
+    tape = Cassette(cassette, max_line_bytes=max_line_bytes, max_bytes=max_bytes)
+    try:
+        # Refuse a file that is not a cassette before a store gets created for it.
+        with contextlib.closing(tape.records()) as records:
+            next(records, None)
+    except CassetteError as e:
+        raise click.ClickException(str(e)) from None
+    store = open_db(db, create=True)
+    try:
+        with _progress("importing", in_bytes=True) as progress:
+            report = tape.import_into(store, progress=progress)
+    except CassetteError as e:
+        raise click.ClickException(f"{e} (nothing imported)") from None
+    finally:
+        store.close()
+    if report.ignored:
+        keys = ", ".join(f"{k} (line {n})" for k, n in sorted(report.ignored.items()))
+        click.echo(
+            f"warning: ignored unknown field(s) {keys}: written by a newer ssetape?", err=True
+        )
+    msg = (
+        f"imported {report.exchanges} exchange(s) ({report.events} events, {report.chunks} "
+        f"chunks) into {shown(db)}"
+    )
+    if report.skipped:
+        msg += f"; {report.skipped} already there (same uid), skipped"
+    click.echo(msg)

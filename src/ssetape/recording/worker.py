@@ -1,0 +1,302 @@
+"""The recording process: parses, analyses and stores what the proxy relays.
+
+The proxy's :class:`~ssetape.recording.link.RecordLink` starts ``python -m ssetape.recording.worker``
+and writes batches of messages to its stdin. This process owns the SSE parsing (``Capture``),
+the ``Writer`` thread, the stream analysis (``Indexer``) and the run row (``RunReporter``), so
+none of that competes with the proxy's event loop for its interpreter lock. It reports, as
+JSON lines on stdout, that it is ready (its store open), its log records, its counts twice a
+second and, at the end, its final counts.
+
+Messages (tuples; ``uid`` names one exchange):
+
+- ``("cfg", {"db", "max_pending", "active"})``: always first
+- ``("b", uid, fields)``: request arrived; ``("u", uid, fields)``: response headers
+- ``("s", uid, sse, encoding)``: a streamed body begins
+- ``("c", uid, offset_us, data)``: one relayed chunk, stamped by the proxy
+- ``("g", uid, nbytes, tail)``: chunks the proxy did not pass on (this process fell
+  behind); ``tail``: their last bytes
+- ``("f", uid, offset_us, fields)``: the exchange ended
+- ``("n", {"exchanges_lost", "events_lost"})``: the proxy's own losses so far
+- ``("close",)``
+
+If stdin ends without ``close``, the proxy is gone (killed): everything it sent is still
+stored, and the exchanges it had in flight are marked interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+import orjson
+
+from ssetape.analysis.knowledge import Indexer
+from ssetape.analysis.live_analysis import LiveAnalysis
+from ssetape.recording.capture import Capture
+from ssetape.recording.link import HEADER
+from ssetape.storage.runs import RunCounts, RunReporter, Runs
+from ssetape.storage.store import Store, one_line
+from ssetape.storage.writer import Writer
+
+log = logging.getLogger("ssetape.recorder")
+
+PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
+REPORT_EVERY = 0.5
+FELL_BEHIND = "the recording process fell behind"
+NICE = 10
+# Every event makes a dozen short-lived objects (the parsed JSON above all); at Python's
+# default threshold the young-generation collection ran every ~60 events and, with the
+# older ones it triggers, cost a fifth of this process's CPU (`python -m bench.bench_worker`).
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+class _Channel:
+    """The JSON lines this process reports to the proxy on; any thread may send."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def send(self, report: dict[str, Any]) -> bool:
+        """False when the proxy is gone (its end of the pipe with it)."""
+        line = orjson.dumps(report) + b"\n"
+        try:
+            with self._lock:
+                self._out.write(line)
+                self._out.flush()
+        except OSError:
+            return False
+        return True
+
+
+class _Forward(logging.Handler):
+    """Log records go to the proxy, which logs them as its own."""
+
+    def __init__(self, channel: _Channel) -> None:
+        super().__init__(logging.INFO)
+        self._channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):  # nobody to tell: logging must never raise
+            self._channel.send({"log": [record.name, record.levelno, record.getMessage()]})
+
+
+def frames(inp: IO[bytes]) -> Iterator[list[tuple[Any, ...]]]:
+    """Message batches from the proxy until its end of the pipe closes."""
+    while True:
+        head = inp.read(HEADER.size)
+        if len(head) < HEADER.size:
+            return
+        (size,) = HEADER.unpack(head)
+        payload = inp.read(size)
+        if len(payload) < size:
+            return
+        yield pickle.loads(payload)
+
+
+class RecordWorker:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+        # The proxy opened (and migrated) it already.
+        self.store = Store.open(cfg["db"], create=False, migrate=False)
+        # Each stream is analysed as it is captured; the indexer stores the result when the
+        # exchange's finish is committed (in the writer's thread).
+        self.indexer = Indexer(self.store, lambda uid: self.live.take(uid))
+        self.writer = Writer(self.store, on_finished=self.finished, max_pending=cfg["max_pending"])
+        self.live = LiveAnalysis(self.writer)
+        self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.counts)
+        self.active = bool(cfg["active"])
+        self.captures: dict[str, Capture] = {}
+        self.open: set[str] = set()  # begun here, not finished
+        self.capture_failures = 0
+        self.exchanges_finished = 0  # whose finish is committed
+        self.stray_events = 0  # for exchanges this process never saw begin
+        self.proxy_lost = {"exchanges_lost": 0, "events_lost": 0}
+        self.closed = False
+        self.on_stored: Callable[[list[str]], object] = lambda uids: None
+
+    def start(self) -> None:
+        self.writer.start()
+        # Beside the replayer, a replay-only session must leave its tape untouched: the
+        # run row appears with the first recorded exchange.
+        self.reporter.start(active=self.active)
+
+    def counts(self) -> RunCounts:  # called in the reporter's thread
+        st = self.writer.stats
+        return RunCounts(
+            exchanges_recorded=st.exchanges,
+            events_recorded=st.events,
+            exchanges_lost=self.proxy_lost["exchanges_lost"] + st.dropped_exchanges,
+            events_lost=self.proxy_lost["events_lost"] + st.dropped_events + self.stray_events,
+            store_errors=st.failed_batches,
+            last_error=st.last_error,
+        )
+
+    def handle_batch(self, batch: list[tuple[Any, ...]]) -> None:
+        """One batch from the proxy; its event rows go to the writer together."""
+        for msg in batch:
+            try:
+                self.handle(msg)
+            except Exception as e:  # one bad message must not end the recording
+                log.error("ssetape: recording error (%s): %s", msg[0], one_line(e))
+        self.live.flush()
+        self.writer.hurry()
+
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "c":
+            capture = self.captures.get(msg[1])
+            if capture is None:
+                self.stray_events += msg[3].count(b"\n\n") or 1
+            else:
+                capture.feed(msg[3], msg[2])
+        elif kind == "b":
+            self.open.add(msg[1])
+            self.live.begin(msg[1], msg[2])
+            self.writer.begin(msg[1], recorder=self.recorder_id, **msg[2])
+            self.reporter.activate()
+        elif kind == "n":  # increments
+            for key, n in msg[1].items():
+                self.proxy_lost[key] += n
+        elif kind == "close":
+            self.closed = True
+        elif msg[1] not in self.open:
+            return  # begun in a recording process that died: its row is the sweep's
+        elif kind == "u":
+            self.live.update(msg[1], msg[2])
+            self.writer.update(msg[1], **msg[2])
+        elif kind == "s":
+            self.captures[msg[1]] = Capture(msg[1], self.live, sse=msg[2], encoding=msg[3])
+        elif kind == "g":
+            capture = self.captures.get(msg[1])
+            if capture is not None:
+                capture.gap(msg[2], msg[3])
+        elif kind == "f":
+            self.finish(msg[1], msg[2], msg[3])
+
+    def finished(self, done: list[tuple[int, str]]) -> None:
+        """The writer committed these exchanges' finish (called in its thread)."""
+        self.exchanges_finished += len(done)
+        self.on_stored([uid for _, uid in done])
+        self.indexer.index_finished(done)
+
+    def report(self) -> dict[str, Any]:
+        """All its counters, for the proxy."""
+        return {
+            **dataclasses.asdict(self.counts()),
+            "capture_failures": self.capture_failures,
+            "exchanges_finished": self.exchanges_finished,
+        }
+
+    def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
+        self.open.discard(uid)
+        capture = self.captures.pop(uid, None)
+        if capture is not None:
+            capture.close(offset)
+            if capture.error is not None:
+                self.capture_failures += 1
+            notes = [fields["error"], capture.error]
+            if capture.missing:
+                notes.append(f"{capture.missing} bytes not recorded: {FELL_BEHIND}")
+            fields["error"] = "; ".join(n for n in notes if n) or None
+        self.live.finish(uid, fields)
+        self.writer.finish(uid, **fields)
+
+    def stop(self) -> dict[str, Any]:
+        """Store what is left; the final counts for the proxy's exit line."""
+        if not self.closed and self.open:
+            log.warning(
+                "ssetape: the proxy ended without stopping the recorder; %d exchange(s) in "
+                "flight marked interrupted",
+                len(self.open),
+            )
+        for uid in list(self.open):
+            capture = self.captures.get(uid)
+            end = capture.offset if capture is not None else 0
+            self.finish(uid, end, {"state": "interrupted", "error": PROXY_GONE})
+        self.live.flush()
+        self.writer.close()
+        # After the writer: the final counts include what it gave up on.
+        saved = self.reporter.stop() or not self.reporter.active
+        final = self.report()
+        final.update(
+            saved=saved,
+            active=self.reporter.active,
+            last_failure=self.reporter.last_failure,
+        )
+        self.store.close()
+        return final
+
+
+def tune_gc() -> None:
+    """Fewer, cheaper collections: what exists after start-up (modules, the store's
+    engine and metadata) lives as long as the process, so collections skip it."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
+def report(worker: RecordWorker, channel: _Channel, stop: threading.Event) -> None:
+    """What is stored so far, twice a second: if this process dies, the proxy still knows."""
+    while not stop.wait(REPORT_EVERY):
+        if not channel.send({"counts": worker.report()}):
+            return
+
+
+def main() -> int:
+    # Ctrl-C and `kill` of the process group reach this process too: the proxy decides
+    # when recording ends (it closes the pipe), so nothing in flight is cut short.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The channel to the proxy is a private copy of stdout; stray prints go to stderr.
+    channel = _Channel(os.fdopen(os.dup(1), "wb"))
+    os.dup2(2, 1)
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward(channel)]
+    root.setLevel(logging.INFO)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    inp = os.fdopen(0, "rb", buffering=1 << 20)
+    batches = frames(inp)
+    first = next(batches, None)
+    if not first or first[0][0] != "cfg":
+        return 2
+    try:
+        worker = RecordWorker(first[0][1])
+        # Which exchanges' ends are stored: those it was sent and never confirms are lost
+        # if it dies.
+        worker.on_stored = lambda uids: channel.send({"done": uids})
+        worker.start()
+    except Exception as e:
+        log.error("ssetape: the recording process cannot start: %s", one_line(e))
+        return 1
+    # When CPU is short, relaying comes first: this process catches up when the proxy idles
+    # (what it cannot hold is dropped and counted, never the traffic slowed). Only now:
+    # starting it (the store opened) is what the proxy's start waits for.
+    os.nice(NICE)
+    tune_gc()
+    channel.send({"ready": True})
+    reporting = threading.Event()
+    threading.Thread(target=report, args=(worker, channel, reporting), daemon=True).start()
+    for batch in batches:
+        worker.handle_batch(batch)
+        if worker.closed:
+            break
+    final = worker.stop()
+    reporting.set()
+    channel.send({"final": final})  # if the proxy is gone, the run row holds the same counts
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

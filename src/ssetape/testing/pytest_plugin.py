@@ -1,0 +1,215 @@
+"""pytest plugin (entry point ``pytest11``): the ``ssetape`` fixture and marker.
+
+::
+
+    def test_chat(ssetape):
+        client = openai.OpenAI(base_url=ssetape.base_url("https://api.openai.com/v1"))
+        ...
+
+The fixture replays ``cassettes/<test module>/<test name>.jsonl`` (next to the test file) with
+the recorded bytes and timing; ``--ssetape-record-mode`` records (default ``none``: never the
+network), ``--ssetape-speed`` scales time (default 0: instant). Per-test options go in
+``@pytest.mark.ssetape(...)``, which overrides the command line. A request the cassette has no
+recording for gets a 404 at once, and the test fails with the explanation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+# Imported when a test uses the fixture: every pytest run in an environment with ssetape
+# installed loads this module, and most of them never need SQLAlchemy.
+if TYPE_CHECKING:
+    from ssetape.testing.tape_session import TapeSession
+
+RECORD_MODES = ("none", "once", "new_episodes", "all")
+_SESSION = pytest.StashKey["TapeSession"]()
+_RUN_ID = pytest.StashKey[str]()
+_MARKER_OPTIONS = (
+    "cassette", "record_mode", "speed", "ignore_fields", "match_host", "redact_fields",
+    "redact_headers",
+)  # fmt: skip
+_UNSAFE = re.compile(r"[^\w.\-\[\]=,+]")
+_HEX_KEY = re.compile(r"^[0-9a-fA-F]{32,128}$")
+
+
+def _problems() -> tuple[type[Exception], ...]:
+    """What a cassette or a proxy can do wrong: reported in one line, without a traceback."""
+    from ssetape.cassettes.cassette import CassetteError
+    from ssetape.storage.store import StoreError
+    from ssetape.testing.child_proxy import ChildProxyError
+
+    return (CassetteError, ChildProxyError, StoreError, ValueError, OSError)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ssetape", "ssetape cassettes (recorded LLM API streams)")
+    group.addoption(
+        "--ssetape-record-mode",
+        choices=RECORD_MODES,
+        default="none",
+        help="none (default): replay only, a request not on the cassette fails the test; "
+        "once: record cassettes that do not exist yet; new_episodes: record what is missing; "
+        "all: re-record everything.",
+    )
+    group.addoption(
+        "--ssetape-speed",
+        type=float,
+        default=0.0,
+        help="Replay timing: 0 (default) = instant, 1 = as recorded, 2 = twice as fast.",
+    )
+    group.addoption(
+        "--ssetape-confdir",
+        default="~/.mitmproxy",
+        help="mitmproxy's directory (its CA is what ssetape.ca_file names). Default ~/.mitmproxy.",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ssetape(cassette=None, *, record_mode=None, speed=None, ignore_fields=(), "
+        "match_host=True, redact_fields=(), redact_headers=()): options of the ssetape "
+        "fixture for this test (they override the command line).",
+    )
+    speed = config.getoption("ssetape_speed", 0.0)
+    if speed is not None and not speed >= 0:
+        raise pytest.UsageError(f"--ssetape-speed {speed}: use 0 (instant), 1 (recorded) or more")
+    # Workers of one xdist run share its id: cassettes shared by several tests add up.
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    run_id = (workerinput or {}).get("testrunuid") or getattr(config, "testrunuid", None)
+    config.stash[_RUN_ID] = str(run_id or uuid.uuid4().hex)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    mode = config.getoption("ssetape_record_mode")
+    return f"ssetape: record mode {mode}, speed {config.getoption('ssetape_speed')}"
+
+
+def default_cassette(item: pytest.Item) -> Path:
+    """``cassettes/<test module>/<test name>.jsonl`` next to the test file."""
+    name = item.nodeid.split("::", 1)[-1].replace("::", ".")
+    return item.path.parent / "cassettes" / item.path.stem / f"{_UNSAFE.sub('_', name)}.jsonl"
+
+
+def _marker_options(item: pytest.Item) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    # Closest marker last, so a test's own marker overrides its class's and module's.
+    for mark in reversed(list(item.iter_markers("ssetape"))):
+        if len(mark.args) > 1:
+            raise ValueError("@pytest.mark.ssetape takes one cassette path")
+        if mark.args:
+            opts["cassette"] = mark.args[0]
+        unknown = sorted(set(mark.kwargs) - set(_MARKER_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"@pytest.mark.ssetape has no option {', '.join(unknown)} "
+                f"(options: {', '.join(_MARKER_OPTIONS)})"
+            )
+        opts.update(mark.kwargs)
+    for key in ("ignore_fields", "redact_fields", "redact_headers"):
+        if isinstance(opts.get(key), str):  # ignore_fields="user" means ("user",)
+            opts[key] = (opts[key],)
+    return opts
+
+
+def _redaction_key(config: pytest.Config) -> str | None:
+    """The key that masks secrets in recordings, stable on this machine so that re-recording
+    an unchanged interaction changes no mask. It stays out of cassettes: in
+    $SSETAPE_REDACTION_KEY (hex) if set, else in pytest's cache directory (not committed)."""
+    env = os.environ.get("SSETAPE_REDACTION_KEY", "").strip()
+    if env:
+        if not _HEX_KEY.match(env):
+            raise ValueError("SSETAPE_REDACTION_KEY must be 32 to 128 hex digits")
+        return env
+    cache = getattr(config, "cache", None)
+    if cache is None:  # -p no:cacheprovider: a fresh key per recording
+        return None
+    from ssetape.testing.tape_session import cassette_lock, default_lock_dir
+
+    path = cache.mkdir("ssetape") / "redaction_key"
+    with cassette_lock(path, default_lock_dir()):
+        if not path.exists():
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
+        key = path.read_text().strip()
+    return key if _HEX_KEY.match(key) else None
+
+
+def _session(item: pytest.Item) -> TapeSession:
+    from ssetape.testing.tape_session import TapeSession
+
+    config = item.config
+    opts = _marker_options(item)
+    cassette = Path(opts.get("cassette") or default_cassette(item))
+    if not cassette.is_absolute():
+        cassette = item.path.parent / cassette
+    mode = opts.get("record_mode") or config.getoption("ssetape_record_mode")
+    speed = opts.get("speed")
+    session = TapeSession(
+        cassette,
+        confdir=Path(os.path.expanduser(config.getoption("ssetape_confdir"))),
+        record_mode=mode,
+        speed=float(config.getoption("ssetape_speed") if speed is None else speed),
+        ignore_fields=tuple(opts.get("ignore_fields", ())),
+        match_host=bool(opts.get("match_host", True)),
+        redact_fields=tuple(opts.get("redact_fields", ())),
+        redact_headers=tuple(opts.get("redact_headers", ())),
+        run_id=config.stash[_RUN_ID],
+    )
+    if not session.replaying:
+        session.redaction_key = _redaction_key(config)
+    return session
+
+
+@pytest.fixture
+def ssetape(request: pytest.FixtureRequest) -> Iterator[TapeSession]:
+    """This test's cassette behind a proxy: ``base_url(upstream)``, ``proxy_url``, ``ca_file``."""
+    item = request.node
+    problems = _problems()
+    try:
+        session = _session(item)
+    except problems as e:
+        pytest.fail(f"ssetape: {e}", pytrace=False)
+    try:
+        session.start()
+    except problems as e:
+        session.replaying = True  # nothing recorded: close must not write a cassette
+        session.close()
+        pytest.fail(f"ssetape: {e}", pytrace=False)
+    item.stash[_SESSION] = session
+    try:
+        yield session
+    finally:
+        del item.stash[_SESSION]
+        try:
+            session.close()
+        except problems as e:
+            pytest.fail(f"ssetape: {e}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    session = item.stash.get(_SESSION, None)
+    if call.when != "call" or session is None:
+        return report
+    text = session.explain_misses()
+    if text:
+        if report.passed:
+            # The test swallowed the 404 (or retried past it): a miss still fails it.
+            report.outcome = "failed"
+            report.longrepr = text
+        else:
+            report.sections.append(("ssetape misses", text))
+    return report

@@ -1,0 +1,303 @@
+"""What the pytest plugin's ``ssetape`` fixture gives a test: a cassette behind a proxy.
+
+Replaying (record mode ``none``, or ``once`` with a cassette) needs no mitmproxy: the cassette
+is imported into a private SQLite file and served from a thread of the test process, one
+server per upstream for ``base_url`` (reverse mode). Only ``proxy_url`` (forward mode, where
+HTTPS must be intercepted) starts a mitmproxy child, and only when a test asks for it.
+
+Recording (``once`` without a cassette, ``new_episodes``, ``all``) runs real recording proxies
+(`ssetape replay --record-mode ...` children) into that SQLite file and writes the cassette
+when the test ends, under a per-cassette lock and by atomic replace, so parallel workers
+(pytest-xdist) never corrupt a cassette nor lose each other's recordings.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, ClassVar
+from urllib.parse import urlsplit
+
+from ssetape.cassettes.cassette import Cassette
+from ssetape.redactor import Redactor
+from ssetape.replay.direct_front import PRELOAD
+from ssetape.storage.store import Store
+from ssetape.testing.cassette_front import CassetteFront
+from ssetape.testing.cassette_index import CassetteIndex
+from ssetape.testing.child_proxy import SSETAPE, ChildProxy, ChildProxyError
+from ssetape.testing.loop_thread import LoopThread
+
+RECORD_MODES = ("none", "once", "new_episodes", "all")
+_FORWARD = ""  # the key of the forward proxy among the per-upstream ones
+_NEAREST = re.compile(r"#(\d+) ")
+
+
+@contextlib.contextmanager
+def cassette_lock(cassette: Path, lock_dir: Path) -> Iterator[IO[str]]:
+    """An exclusive lock per cassette path, shared by every process on this machine.
+
+    The lock file lives outside the test tree (nothing to gitignore) and holds the id of the
+    test run that last wrote the cassette.
+    """
+    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    name = hashlib.sha256(str(cassette.resolve()).encode()).hexdigest()[:32]
+    with open(lock_dir / f"{name}.lock", "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.seek(0)
+            yield f
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def default_lock_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"ssetape-locks-{os.getuid()}"
+
+
+class TapeSession:
+    _template: ClassVar[Path | None] = None
+    _template_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        cassette: Path,
+        *,
+        confdir: Path,
+        record_mode: str = "none",
+        speed: float = 0.0,
+        ignore_fields: Sequence[str] = (),
+        match_host: bool = True,
+        redact_headers: Sequence[str] = (),
+        redact_fields: Sequence[str] = (),
+        redaction_key: str | None = None,
+        run_id: str = "",
+        lock_dir: Path | None = None,
+    ) -> None:
+        if record_mode not in RECORD_MODES:
+            raise ValueError(f"record_mode {record_mode!r} is not one of {', '.join(RECORD_MODES)}")
+        if not speed >= 0:
+            raise ValueError(f"speed {speed!r}: use 0 (instant), 1 (recorded timing) or more")
+        self.cassette = cassette
+        self.record_mode = record_mode
+        self.speed = speed
+        self.ignore_fields = tuple(ignore_fields)
+        self.match_host = match_host
+        self.redact_headers = tuple(redact_headers)
+        self.redact_fields = tuple(redact_fields)
+        self.confdir = confdir
+        self.redaction_key = redaction_key
+        self.run_id = run_id
+        self.lock_dir = lock_dir or default_lock_dir()
+        #: True when this test replays the cassette; False when it records.
+        self.replaying = record_mode == "none" or (record_mode == "once" and cassette.exists())
+        self._tmp: Path | None = None
+        self._store: Store | None = None
+        self._index: CassetteIndex | None = None
+        self._fronts: dict[str, CassetteFront] = {}
+        self._children: dict[str, ChildProxy] = {}
+        self._lines: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    # -- life cycle ------------------------------------------------------------
+
+    @classmethod
+    def _empty_store(cls) -> Path:
+        """A migrated empty store, made once per process: copying it beats migrating."""
+        with cls._template_lock:
+            if cls._template is None:
+                tmp = Path(tempfile.mkdtemp(prefix="ssetape-template-"))
+                atexit.register(shutil.rmtree, tmp, True)
+                Store.open(str(tmp / "empty.db")).close()
+                cls._template = tmp / "empty.db"
+            return cls._template
+
+    def start(self) -> None:
+        """Load the cassette (raises CassetteError if it is malformed)."""
+        self._tmp = Path(tempfile.mkdtemp(prefix="ssetape-"))
+        db = self._tmp / "tape.db"
+        shutil.copyfile(self._empty_store(), db)
+        os.chmod(db, 0o600)
+        self._store = store = Store.open(str(db), create=False)
+        fields = list(self.redact_fields)
+        if (self.replaying or self.record_mode == "new_episodes") and self.cassette.exists():
+            report = Cassette(self.cassette).import_into(store)
+            self._lines = report.lines
+            fields += report.redact_fields
+            if report.ignored:
+                keys = ", ".join(f"{k} (line {n})" for k, n in sorted(report.ignored.items()))
+                warnings.warn(f"{self.cassette}: ignored unknown field(s) {keys}", stacklevel=1)
+        if self.replaying:
+            # Any key will do: masks compare key-free (redactor.unmask).
+            redactor = Redactor(secrets.token_bytes(32), headers=self.redact_headers, fields=fields)
+            self._index = CassetteIndex(
+                store, redactor, ignore=self.ignore_fields, match_host=self.match_host
+            )
+            self._index.refresh()
+        elif self.redaction_key:
+            # Stable masks across re-recordings: an unchanged interaction gives no diff.
+            store.set_setting("redaction_key", self.redaction_key)
+
+    def close(self) -> None:
+        """Stop every server and proxy; when recording, write the cassette."""
+        loop = LoopThread.shared() if self._fronts else None
+        for front in self._fronts.values():
+            assert loop is not None
+            loop.run(front.stop())
+        problems = []
+        for child in self._children.values():
+            rc = child.stop()
+            if rc != 0 and not self.replaying:
+                problems.append(f"{child.what} exited with {rc}: {child.tail()}")
+        try:
+            if not self.replaying and self._store is not None and not problems:
+                self._save(self._store)
+        finally:
+            if self._store is not None:
+                self._store.close()
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+        if problems:
+            raise ChildProxyError("; ".join(problems) + f" (cassette {self.cassette} not written)")
+
+    def _save(self, store: Store) -> None:
+        self.cassette.parent.mkdir(parents=True, exist_ok=True)
+        with cassette_lock(self.cassette, self.lock_dir) as lock:
+            written_this_run = bool(self.run_id) and lock.read().strip() == self.run_id
+            # `all` starts the cassette afresh, except that tests of the same run sharing it
+            # add up; the other modes keep what is there (union by exchange uid).
+            if (self.record_mode != "all" or written_this_run) and self.cassette.exists():
+                Cassette(self.cassette).import_into(store)
+            Cassette(self.cassette).export(store)
+            lock.seek(0)
+            lock.truncate()
+            lock.write(self.run_id)
+            lock.flush()
+
+    # -- what a test uses --------------------------------------------------------
+
+    @property
+    def ca_file(self) -> str:
+        """mitmproxy's CA certificate: trust it for HTTPS through ``proxy_url``."""
+        from mitmproxy.certs import CertStore
+
+        pem = self.confdir / "mitmproxy-ca-cert.pem"
+        if not pem.exists():
+            # Parallel workers creating one CA at once could pair a key with another's cert.
+            with cassette_lock(self.confdir / "ca", self.lock_dir):
+                CertStore.from_store(self.confdir, "mitmproxy", 2048)
+        return str(pem)
+
+    @property
+    def proxy_url(self) -> str:
+        """A forward proxy (``httpx.Client(proxy=...)``, ``HTTPS_PROXY``) for this cassette."""
+        with self._lock:
+            child = self._children.get(_FORWARD)
+            if child is None:
+                self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
+                if self.replaying:
+                    port = self._front(_FORWARD)
+                    args = [sys.executable, "-m", "ssetape.testing.cassette_forwarder",
+                            "--target", str(port), "--confdir", str(self.confdir)]  # fmt: skip
+                    child = ChildProxy(args, what="ssetape forward proxy", cwd=self._tmp)
+                else:
+                    child = self._recorder("regular")
+                self._children[_FORWARD] = child
+            return child.url
+
+    def base_url(self, upstream: str) -> str:
+        """A plain-HTTP base URL that stands for ``upstream`` (reverse mode): pass it as the
+        SDK's ``base_url`` and the client needs no proxy settings at all."""
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"ssetape.base_url: {upstream!r} is not an http(s) URL")
+        origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+        with self._lock:
+            if self.replaying:
+                base = f"http://127.0.0.1:{self._front(origin)}"
+            else:
+                child = self._children.get(origin)
+                if child is None:
+                    child = self._children[origin] = self._recorder(f"reverse:{origin}")
+                base = child.url
+        return base + parts.path
+
+    def _front(self, origin: str) -> int:
+        front = self._fronts.get(origin)
+        if front is None:
+            assert self._store is not None and self._index is not None
+            front = CassetteFront(self._store, self._index, origin, self.speed)
+            for xid in self._index.recording_ids()[-PRELOAD:]:
+                front.load(xid)
+            LoopThread.shared().run(front.start())
+            self._fronts[origin] = front
+        assert front.server is not None
+        port: int = front.server.sockets[0].getsockname()[1]
+        return port
+
+    def _recorder(self, mode: str) -> ChildProxy:
+        assert self._tmp is not None
+        if self.record_mode == "new_episodes":
+            args = [
+                *SSETAPE,
+                "replay",
+                "--record-mode",
+                "new_episodes",
+                "--speed",
+                repr(self.speed),
+            ]
+            for field in self.ignore_fields:
+                args += ["--ignore-field", field]
+            if not self.match_host:
+                args.append("--no-match-host")
+        else:
+            args = [*SSETAPE, "record"]  # no replayer: one process less to start
+        args += ["--db", str(self._tmp / "tape.db"), "--port", "0", "--mode", mode,
+                 "--confdir", str(self.confdir)]  # fmt: skip
+        for field in self.redact_fields:
+            args += ["--redact-field", field]
+        for header in self.redact_headers:
+            args += ["--redact-header", header]
+        self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
+        return ChildProxy(args, what=f"ssetape recording proxy ({mode})", cwd=self._tmp)
+
+    # -- what went wrong -----------------------------------------------------------
+
+    @property
+    def misses(self) -> list[str]:
+        """One line per request the cassette had no recording for."""
+        if self._index is None:
+            return []
+        out = []
+        for miss in list(self._index.misses):
+            msg = miss.message.split(". Record it with")[0]
+            out.append(_NEAREST.sub(lambda m: f"cassette line {self._line(m)}: ", msg))
+        return out
+
+    def _line(self, m: re.Match[str]) -> str:
+        return str(self._lines.get(int(m.group(1)), "?"))
+
+    def explain_misses(self) -> str:
+        misses = self.misses
+        if not misses:
+            return ""
+        head = f"ssetape: {len(misses)} request(s) not in cassette {self.cassette}"
+        if not self.cassette.exists():
+            head += " (it does not exist: record it with --ssetape-record-mode=once)"
+        lines = [head + ":", *(f"  - {m}" for m in dict.fromkeys(misses))]
+        lines.append(
+            "Record them with --ssetape-record-mode=new_episodes, or leave volatile fields "
+            "out of matching with @pytest.mark.ssetape(ignore_fields=[...])."
+        )
+        return "\n".join(lines)
