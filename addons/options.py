@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Sequence
 
-import orjson
 from mitmproxy import exceptions
 from mitmproxy.addonmanager import Loader
 
+from ssetape import redactor
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store, StoreError
 
@@ -43,9 +42,10 @@ def add_store_options(loader: Loader) -> None:
 
 
 def check_paths(option: str, paths: Sequence[str]) -> None:
-    for p in paths:
-        if not p.strip() or any(not part for part in p.strip().split(".")):
-            raise exceptions.OptionsError(f"{option}: bad JSON path {p!r} (use a.b.c)")
+    try:
+        redactor.check_paths(option, paths)
+    except ValueError as e:
+        raise exceptions.OptionsError(str(e)) from None
 
 
 def open_store(target: str, *, create: bool = True) -> Store:
@@ -55,16 +55,7 @@ def open_store(target: str, *, create: bool = True) -> Store:
         raise exceptions.OptionsError(str(e)) from None
 
 
-def redactor_for(store: Store, headers: Sequence[str], fields: Sequence[str]) -> Redactor:
-    """The store's redactor: its key lives in the store, so masks are stable per store.
-
-    Fields redacted by any recording into this store stay redacted for every later user of
-    it (replay must mask incoming requests the same way to match them).
-    """
+def store_redactor(store: Store, headers: Sequence[str], fields: Sequence[str]) -> Redactor:
+    """The store's redactor (see Store.redactor), the field option checked first."""
     check_paths("ssetape_redact_field", fields)
-    key = store.get_or_create_setting("redaction_key", lambda: secrets.token_hex(32))
-    known = orjson.loads(store.setting("redact_fields") or "[]")
-    merged = sorted(set(known) | {f.strip() for f in fields})
-    if merged != known:
-        store.set_setting("redact_fields", orjson.dumps(merged).decode())
-    return Redactor(bytes.fromhex(key), headers=headers, fields=merged)
+    return store.redactor(headers, fields)

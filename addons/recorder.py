@@ -20,11 +20,13 @@ from typing import Any
 from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
-from ssetape.addons.options import add_store_options, default_db, open_store, redactor_for
+from ssetape.addons.options import add_store_options, default_db, open_store, store_redactor
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.recording.link import RecordLink
+from ssetape.recording.protocol import FinalCounts
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store
+from ssetape.vocabulary import INLINE_BODY, ExchangeState
 
 log = logging.getLogger("ssetape.recorder")
 
@@ -32,8 +34,6 @@ log = logging.getLogger("ssetape.recorder")
 META = "ssetape"
 REPLAYED = "ssetape_replayed"
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
-# Bodies above this are redacted and hashed in a worker thread, not on the event loop.
-INLINE_BODY = 64 * 1024
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
 READY_WAIT = 30.0  # seconds the proxy's start waits for the recording process, at most
 STOPPED = "recorder stopped before the exchange ended"
@@ -54,8 +54,8 @@ def end_state(msg: str, has_response: bool) -> str:
     """How an exchange that ended with ``flow.error`` ended, from mitmproxy's message."""
     # HTTP/2 resets read "stream reset by client" from either side; CANCEL is the client's.
     if msg in CLIENT_GONE or msg.endswith("(CANCEL)"):
-        return "aborted"
-    return "truncated" if has_response else "failed"
+        return ExchangeState.ABORTED
+    return ExchangeState.TRUNCATED if has_response else ExchangeState.FAILED
 
 
 def _n(count: int, word: str) -> str:
@@ -115,7 +115,7 @@ class Recorder:
             self.redactor = None
             log.info("ssetape: recording to %s", self.store.url)
         if self.redactor is None or updated & {"ssetape_redact_header", "ssetape_redact_field"}:
-            self.redactor = redactor_for(
+            self.redactor = store_redactor(
                 self.store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
             )
 
@@ -214,7 +214,7 @@ class Recorder:
         return stamp
 
     def response(self, flow: http.HTTPFlow) -> None:
-        self._finish(flow, "completed")
+        self._finish(flow, ExchangeState.COMPLETED)
 
     def error(self, flow: http.HTTPFlow) -> None:
         msg = flow.error.msg if flow.error else "unknown error"
@@ -232,7 +232,7 @@ class Recorder:
         if resp is not None:
             end = resp.timestamp_end
             fields["duration_us"] = round((end - meta["t0"]) * 1_000_000) if end else now
-            if not meta.get("streamed") and state == "completed":
+            if not meta.get("streamed") and state == ExchangeState.COMPLETED:
                 fields["response_body"] = resp.raw_content
         self.link.finish(uid, now, fields)
 
@@ -247,7 +247,7 @@ class Recorder:
         for flow in list(self.inflight.values()):
             if flow.response is not None and callable(flow.response.stream):
                 flow.response.stream = True
-            self._finish(flow, "interrupted", why)
+            self._finish(flow, ExchangeState.INTERRUPTED, why)
 
     def _retire(self) -> None:
         """``ssetape_db`` changed at runtime: the old recording process stores what it has
@@ -272,38 +272,43 @@ class Recorder:
         if store is not None:
             store.close()
 
-    def _counts_line(
-        self, final: dict[str, Any] | None, link: RecordLink
-    ) -> tuple[str | None, bool]:
+    def _counts_line(self, final: FinalCounts | None, link: RecordLink) -> tuple[str | None, bool]:
         """One line with what was stored and lost, and whether anything was lost."""
         if final is None:
             return (
                 f"ssetape: the recording process did not report its counts; "
                 f"{_n(link.lost_exchanges, 'exchange')} known lost (see the errors above)"
             ), True
-        # Recording processes that died count with what they last reported.
-        total = {k: v + link.retired.get(k, 0) for k, v in final.items() if type(v) is int}
-        events, exchanges = total["events_recorded"], final["exchanges_recorded"]
-        exchanges += link.retired.get("exchanges_finished", 0)
-        parts = [f"ssetape: {_n(events, 'event')} in {_n(exchanges, 'exchange')} stored"]
-        events_lost, exchanges_lost = total["events_lost"], total["exchanges_lost"]
-        unparsed, store_errors = total["capture_failures"], total["store_errors"]
-        bad = events_lost or exchanges_lost or store_errors or unparsed or link.restarts
+        # Recording processes that died count with what they last reported; their
+        # exchanges count once finished (those in flight are counted lost).
+        total = link.retired.plus(final)
+        exchanges = final.exchanges_recorded + link.retired.exchanges_finished
+        stored = f"{_n(total.events_recorded, 'event')} in {_n(exchanges, 'exchange')} stored"
+        parts = [f"ssetape: {stored}"]
+        bad = (
+            total.events_lost
+            or total.exchanges_lost
+            or total.store_errors
+            or total.capture_failures
+            or link.restarts
+        )
         if bad:
-            parts.append(f"{_n(events_lost, 'event')} and {_n(exchanges_lost, 'exchange')} lost")
-            if unparsed:
-                parts.append(f"{_n(unparsed, 'stream')} not parsed")
-            if store_errors:
-                parts.append(f"{_n(store_errors, 'failed write')} (last: {final['last_error']})")
+            lost = f"{_n(total.events_lost, 'event')} and {_n(total.exchanges_lost, 'exchange')}"
+            parts.append(f"{lost} lost")
+            if total.capture_failures:
+                parts.append(f"{_n(total.capture_failures, 'stream')} not parsed")
+            if total.store_errors:
+                writes = _n(total.store_errors, "failed write")
+                parts.append(f"{writes} (last: {final.last_error})")
             if link.restarts:
                 parts.append(f"recording process restarted {_n(link.restarts, 'time')}")
-        elif not final["active"]:
+        elif not final.active:
             return None, False  # beside the replayer, nothing was recorded: nothing to report
         else:
             parts.append("none lost")
-        if not final["saved"]:
-            parts.append(f"counts not saved to the store ({final['last_failure']})")
-        return ", ".join(parts), bool(bad) or not final["saved"]
+        if not final.saved:
+            parts.append(f"counts not saved to the store ({final.last_failure})")
+        return ", ".join(parts), bool(bad) or not final.saved
 
 
 addons = [Recorder()]

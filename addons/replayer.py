@@ -24,21 +24,20 @@ from ssetape.addons.options import (
     check_paths,
     default_db,
     open_store,
-    redactor_for,
+    store_redactor,
 )
 from ssetape.addons.recorder import REPLAYED, Recorder
 from ssetape.redactor import Redactor
-from ssetape.replay.request_index import INLINE_BODY, Miss, ReplayIndex
+from ssetape.replay.request_index import Miss, RequestIndex
 from ssetape.storage.store import Store
+from ssetape.vocabulary import INLINE_BODY, Header, RecordMode
 
 log = logging.getLogger("ssetape.replayer")
 
-RECORD_MODES = ("none", "once", "new_episodes", "all")
 OWN_OPTIONS = frozenset(
     {"ssetape_db", "ssetape_record_mode", "ssetape_speed", "ssetape_ignore_field",
      "ssetape_match_host", "ssetape_repeat", "ssetape_redact_header", "ssetape_redact_field"}
 )  # fmt: skip
-TOKEN_HEADER = "x-ssetape-token"
 
 
 def parse_speed(value: str) -> float:
@@ -57,7 +56,7 @@ def parse_speed(value: str) -> float:
 class Replayer:
     def __init__(self) -> None:
         self.store: Store | None = None
-        self.index: ReplayIndex | None = None
+        self.index: RequestIndex | None = None
         self.redactor: Redactor | None = None
         self.speed = 1.0
         self.tape_was_empty = False
@@ -74,11 +73,11 @@ class Replayer:
         loader.add_option(
             "ssetape_record_mode",
             str,
-            "none",
+            RecordMode.NONE.value,
             "VCR-style record mode: none (replay only; a miss is an error), once (record when "
             "the tape is empty, else as none), new_episodes (replay hits, record misses), "
             "all (record everything, replay nothing).",
-            choices=RECORD_MODES,
+            choices=RecordMode.names(),
         )
         loader.add_option(
             "ssetape_speed",
@@ -107,22 +106,21 @@ class Replayer:
         if not updated & OWN_OPTIONS and self.store is not None:
             return  # another addon's option: keep the index and its served counters
         opts = ctx.options
-        if opts.ssetape_record_mode not in RECORD_MODES:
-            raise exceptions.OptionsError(
-                f"ssetape_record_mode: {opts.ssetape_record_mode!r} is not one of "
-                + ", ".join(RECORD_MODES)
-            )
+        try:
+            mode = RecordMode.parse(opts.ssetape_record_mode, "ssetape_record_mode")
+        except ValueError as e:
+            raise exceptions.OptionsError(str(e)) from None
         self.speed = parse_speed(opts.ssetape_speed)
         check_paths("ssetape_ignore_field", opts.ssetape_ignore_field)
         if "ssetape_db" in updated or self.store is None:
             if self.store is not None:
                 self.store.close()
-            self.store = open_store(opts.ssetape_db, create=opts.ssetape_record_mode != "none")
+            self.store = open_store(opts.ssetape_db, create=mode != RecordMode.NONE)
             self.tape_was_empty = not self.store.exchanges(limit=1)
-        self.redactor = redactor_for(
+        self.redactor = store_redactor(
             self.store, opts.ssetape_redact_header, opts.ssetape_redact_field
         )
-        self.index = ReplayIndex(
+        self.index = RequestIndex(
             self.store,
             self.redactor,
             ignore=opts.ssetape_ignore_field,
@@ -170,8 +168,8 @@ class Replayer:
             app["client_alpn"] = b"h2"
 
     def _replaying(self) -> bool:
-        mode = ctx.options.ssetape_record_mode
-        return mode in ("none", "new_episodes") or (mode == "once" and not self.tape_was_empty)
+        mode = RecordMode(ctx.options.ssetape_record_mode)
+        return mode.replays(tape_empty=self.tape_was_empty)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or not self._replaying() or self.index is None:
@@ -195,7 +193,7 @@ class Replayer:
         except Exception as e:  # never forward what should have been replayed
             log.exception("ssetape: replay lookup failed")
             found = Miss(f"ssetape could not look this request up: {type(e).__name__}: {e}", [])
-            if ctx.options.ssetape_record_mode != "new_episodes":
+            if not RecordMode(ctx.options.ssetape_record_mode).forwards_misses:
                 self._answer_miss(flow, found, status=500)
                 return
         assert found is not None  # may_query was on
@@ -204,14 +202,14 @@ class Replayer:
             await self.server_ready.wait()
             self.hits += 1
             flow.metadata[REPLAYED] = found
-            req.headers["x-ssetape-exchange"] = str(found)
-            req.headers["x-ssetape-t0"] = repr(t0)
-            req.headers["x-ssetape-speed"] = repr(self.speed)
-            req.headers[TOKEN_HEADER] = self.token
+            req.headers[Header.EXCHANGE] = str(found)
+            req.headers[Header.T0] = repr(t0)
+            req.headers[Header.SPEED] = repr(self.speed)
+            req.headers[Header.TOKEN] = self.token
             assert self.server_port is not None
             req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port
             return
-        if ctx.options.ssetape_record_mode == "new_episodes":
+        if RecordMode(ctx.options.ssetape_record_mode).forwards_misses:
             return  # forwarded upstream; the recorder keeps it
         self.misses += 1
         self._answer_miss(flow, found)
@@ -219,7 +217,7 @@ class Replayer:
     def _answer_miss(self, flow: http.HTTPFlow, miss: Miss, status: int = 404) -> None:
         log.warning("ssetape: %s", miss.message)
         flow.response = http.Response.make(
-            status, miss.body(), {"content-type": "application/json", "x-ssetape-miss": "1"}
+            status, miss.body(), {"content-type": "application/json", Header.MISS: "1"}
         )
         flow.metadata[REPLAYED] = None
 

@@ -36,7 +36,7 @@ import httpx
 import openai
 import orjson
 
-from ssetape.simulator.scenario import plan
+from ssetape.simulator.routes import plan
 from ssetape.sse import SseParser
 
 BIN = Path(sys.executable).parent

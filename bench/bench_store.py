@@ -36,7 +36,7 @@ import orjson
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
-from ssetape.storage.batch import EventRow
+from ssetape.records import EventRow
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer

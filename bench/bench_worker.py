@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from ssetape.analysis.analyzer import Analyzer
-from ssetape.analysis.knowledge import Indexer
+from ssetape.analysis.knowledge import Knowledge
+from ssetape.recording import protocol
+from ssetape.recording.protocol import BEGIN, FINISH, STREAM, UPDATE, WorkerConfig
 from ssetape.recording.worker import RecordWorker, tune_gc
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
@@ -50,13 +52,13 @@ def messages(events: int, streams: int, per_chunk: int) -> list[tuple[Any, ...]]
     out: list[tuple[Any, ...]] = []
     for s in range(streams):
         uid = f"u{s}"
-        out += [("b", uid, dict(fields)), ("u", uid, dict(head)), ("s", uid, True, "")]
+        out += [(BEGIN, uid, dict(fields)), (UPDATE, uid, dict(head)), (STREAM, uid, True, "")]
         n = events // streams
         out += [
-            ("c", uid, i, b"".join(CHUNK % j for j in range(i, min(n, i + per_chunk))))
+            (protocol.CHUNK, uid, i, b"".join(CHUNK % j for j in range(i, min(n, i + per_chunk))))
             for i in range(0, n, per_chunk)
         ]
-        out.append(("f", uid, events, {"state": "completed", "error": None}))
+        out.append((FINISH, uid, events, {"state": "completed", "error": None}))
     return out
 
 
@@ -64,7 +66,7 @@ def cpu_per_event(events: int, streams: int, per_chunk: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "worker.db")
         Store.open(db).close()
-        worker = RecordWorker({"db": db, "max_pending": 10**7, "active": True})
+        worker = RecordWorker(WorkerConfig(db=db, max_pending=10**7, active=True))
         worker.start()
         tune_gc()  # as the recording process does once started
         msgs = messages(events, streams, per_chunk)
@@ -106,7 +108,7 @@ def main() -> None:
         no_analysis = measure()
     with without(Writer, "add_events", lambda self, uid, rows: None):
         no_store = measure()
-    with without(Indexer, "index_finished", lambda self, done: len(done)):
+    with without(Knowledge, "save_live", lambda self, done: len(done)):
         no_index = measure()
     print(f"{args.events:,} chat events in {args.streams} streams, {args.per_chunk} per chunk; "
           "CPU µs per event\n")  # fmt: skip
@@ -116,7 +118,7 @@ def main() -> None:
     analysis, storing, indexing = base - no_analysis, base - no_store, base - no_index
     print(f"| live analysis | {analysis:.1f} |")
     print(f"| storing events (writer queue, batch, SQLite) | {storing:.1f} |")
-    print(f"| storing analyses (indexer) | {indexing:.1f} |")
+    print(f"| storing analyses (knowledge) | {indexing:.1f} |")
     rest = base - analysis - storing - indexing
     print(f"| the rest (message dispatch, SSE parsing, rows) | {rest:.1f} |")
 

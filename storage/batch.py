@@ -17,8 +17,8 @@ EVENTS = cast(Table, Event.__table__)
 _INSERT_EXCHANGE = insert(EXCHANGES).returning(EXCHANGES.c.id)
 _COLUMNS = frozenset(EXCHANGES.c.keys()) - {"id", "uid", "event_count"}
 
-# Operation kinds; an op is (kind, uid, payload). Plain tuples: they are
-# created on the proxy's event loop for every chunk, so they must be cheap.
+# Operation kinds; an op is (kind, uid, payload). Plain tuples: the recording process queues
+# one per exchange and batch from the proxy, beside its parsing, so they must be cheap.
 BEGIN, UPDATE, EVENTS_OP, CHUNKS_OP, FINISH, FLUSH, STOP = range(7)
 Op = tuple[int, str, Any]
 ROWS = frozenset((EVENTS_OP, CHUNKS_OP))
@@ -28,8 +28,6 @@ TABLES = {
     EVENTS_OP: ("events", ("seq", "offset_us", "event", "data", "sse_id", "raw")),
     CHUNKS_OP: ("chunks", ("seq", "offset_us", "data")),
 }
-EventRow = tuple[int, int, str | None, str | None, str | None, bytes]
-ChunkRow = tuple[int, int, bytes]
 
 
 def fields(payload: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from ssetape.vocabulary import ExchangeState
+
 # Explicit constraint names keep Alembic batch migrations on SQLite (which
 # recreate tables) and PostgreSQL in step with each other.
 NAMING_CONVENTION = {
@@ -35,8 +37,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-EXCHANGE_STATES = ("recording", "completed", "aborted", "failed", "truncated", "interrupted")
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY;
 # PostgreSQL gets 64-bit ids because an audit store may outlive 2**31 exchanges.
@@ -107,7 +107,9 @@ class Exchange(Base):
     response_headers: Mapped[list[list[str]] | None] = mapped_column(JSON(none_as_null=True))
     response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
     is_stream: Mapped[bool] = mapped_column(default=False)
-    state: Mapped[str] = mapped_column(String(32), index=True, default="recording")
+    state: Mapped[str] = mapped_column(
+        String(32), index=True, default=ExchangeState.RECORDING.value
+    )
     error: Mapped[str | None] = mapped_column(Text)
     ttfb_us: Mapped[int | None] = mapped_column(BigInteger)
     duration_us: Mapped[int | None] = mapped_column(BigInteger)

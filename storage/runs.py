@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-import os
 import socket
 import threading
 import time
@@ -38,8 +37,10 @@ from sqlalchemy import Table, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from ssetape.recorder_id import RecorderId
 from ssetape.storage.models import Exchange, RecorderRun
 from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
+from ssetape.vocabulary import ExchangeState
 
 log = logging.getLogger("ssetape.storage")
 
@@ -67,47 +68,6 @@ class RunCounts:
     last_error: str | None = None
 
 
-def parse_recorder_id(recorder: str) -> tuple[str, int, int] | None:
-    """``hostname:pid:unix_time`` as its parts, None for anything else."""
-    host, _, rest = recorder.partition(":")
-    pid, _, started = rest.partition(":")
-    if not (host and pid.isdigit() and started.isdigit()):
-        return None
-    return host, int(pid), int(started)
-
-
-def _proc_stat(pid: int) -> tuple[bytes, float] | None:
-    """State letter and start time (Unix time) of ``pid``, from /proc; None without /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        with open("/proc/stat", "rb") as f:
-            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-    except (OSError, StopIteration, ValueError):
-        return None
-    # Fields after the command name, which may itself hold spaces and parentheses: the
-    # state is field 3 of the line, starttime field 22 (clock ticks since boot).
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return fields[0], btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def pid_alive(pid: int, since: int) -> bool:
-    """Whether ``pid`` is the process that made a recorder id at time ``since``."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # someone else's process: it exists
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True
-    state, start = stat
-    # A zombie is dead, its parent just has not reaped it. The id is made after the
-    # process starts, so one started later reused the pid (btime is coarse: 2 s slack).
-    return state != b"Z" and start <= since + 2
-
-
 def recorder_gone(
     recorder: str,
     updated_at: dt.datetime | None,
@@ -123,9 +83,9 @@ def recorder_gone(
     """
     if stopped:
         return True
-    parts = parse_recorder_id(recorder)
-    if parts is not None and parts[0] == hostname:
-        return not pid_alive(parts[1], parts[2])
+    rid = RecorderId.parse(recorder)
+    if rid is not None and rid.host == hostname:
+        return not rid.alive()
     if updated_at is None:
         return False  # another host and no heartbeat to judge by (an older ssetape)
     now = now or dt.datetime.now(dt.UTC)
@@ -202,7 +162,9 @@ class Runs:
         keep = set(alive)
         with self._engine.begin() as conn:
             recorders = conn.execute(
-                select(Exchange.recorder).where(Exchange.state == "recording").distinct()
+                select(Exchange.recorder)
+                .where(Exchange.state == ExchangeState.RECORDING)
+                .distinct()
             ).scalars()
             candidates = [r for r in recorders if r is not None and r not in keep]
             if not candidates:
@@ -225,12 +187,14 @@ class Runs:
                     gone.append(r)
             if not gone:
                 return 0
-            mine = (Exchange.state == "recording", Exchange.recorder.in_(gone))
+            mine = (Exchange.state == ExchangeState.RECORDING, Exchange.recorder.in_(gone))
             # An error the recorder stored already (e.g. a capture failure) is kept.
             conn.execute(
                 update(Exchange).where(*mine, Exchange.error.is_(None)).values(error=INTERRUPTED)
             )
-            changed = conn.execute(update(Exchange).where(*mine).values(state="interrupted"))
+            changed = conn.execute(
+                update(Exchange).where(*mine).values(state=ExchangeState.INTERRUPTED)
+            )
         return int(changed.rowcount)
 
     def totals(self) -> dict[str, Any]:
@@ -256,7 +220,7 @@ class Runs:
 class RunReporter:
     """Keeps one recorder's ``recorder_runs`` row current, from its own daemon thread.
 
-    The recorder's event loop never waits for it: ``counts`` is called in this thread and
+    The recording process never waits for it: ``counts`` is called in this thread and
     must only read in-memory counters. A save that fails (store down) is simply tried again
     at the next tick; the writer already logs the outage, so this stays quiet until exit.
     """

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import secrets
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -27,7 +28,9 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
+from ssetape.redactor import Redactor
 from ssetape.storage.models import Chunk, Event, Exchange, Setting
+from ssetape.vocabulary import ExchangeState
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -362,6 +365,31 @@ class Store:
         stored = self.setting(key)
         return value if stored is None else stored
 
+    # -- redaction -------------------------------------------------------------
+
+    def redactor(self, headers: Iterable[str] = (), fields: Iterable[str] = ()) -> Redactor:
+        """The store's redactor: its key lives in the store, so masks are stable per store.
+
+        Fields redacted by any recording into this store stay redacted for every later user
+        of it (replay must mask incoming requests the same way to match them).
+        """
+        key = self.get_or_create_setting("redaction_key", lambda: secrets.token_hex(32))
+        merged = self.add_redact_fields(fields)
+        return Redactor(bytes.fromhex(key), headers=headers, fields=merged)
+
+    def redact_fields(self) -> list[str]:
+        """The JSON body fields redacted in this store (by any recording or import)."""
+        fields: list[str] = orjson.loads(self.setting("redact_fields") or "[]")
+        return fields
+
+    def add_redact_fields(self, fields: Iterable[str]) -> list[str]:
+        """Add ``fields`` to those redacted in this store; all of them, sorted."""
+        known = self.redact_fields()
+        merged = sorted(set(known) | {f.strip() for f in fields})
+        if merged != known:
+            self.set_setting("redact_fields", orjson.dumps(merged).decode())
+        return merged
+
     # -- queries ---------------------------------------------------------------
 
     def exchanges(
@@ -407,7 +435,8 @@ class Store:
 
     def mark_interrupted(self, recorder: str | None = None) -> int:
         """Exchanges left in "recording" (by a recorder that died) become "interrupted"."""
-        stmt = update(Exchange).where(Exchange.state == "recording").values(state="interrupted")
+        stmt = update(Exchange).where(Exchange.state == ExchangeState.RECORDING)
+        stmt = stmt.values(state=ExchangeState.INTERRUPTED)
         if recorder is not None:
             stmt = stmt.where(Exchange.recorder == recorder)
         with self.engine.begin() as conn:

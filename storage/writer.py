@@ -1,9 +1,10 @@
 """Background writer: the only code that writes recorded traffic to the store.
 
-The recorder calls it from mitmproxy's event loop, so every public method only
-puts a tuple on a ``queue.SimpleQueue`` (plus a counter update under a lock
-that never covers I/O). A daemon thread drains the queue and commits one
-transaction per batch: at most ``flush_interval`` old or ``max_batch`` rows.
+The recording process calls it between batches from the proxy, so every public
+method only puts a tuple on a ``queue.SimpleQueue`` (plus a counter update under
+a lock that never covers I/O): parsing never waits for the database. A daemon
+thread drains the queue and commits one transaction per batch: at most
+``flush_interval`` old or ``max_batch`` rows.
 
 Failure policy: callers never see an exception and are never blocked. A
 database that is down, locked or full is retried with backoff, keeping what is
@@ -25,6 +26,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
+from ssetape.records import ChunkRow, EventRow
 from ssetape.storage.batch import (
     BEGIN,
     CHUNKS_OP,
@@ -37,11 +39,10 @@ from ssetape.storage.batch import (
     UPDATE,
     Batch,
     BatchSql,
-    ChunkRow,
-    EventRow,
     Op,
 )
 from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
+from ssetape.vocabulary import ExchangeState
 
 log = logging.getLogger("ssetape.storage")
 
@@ -137,7 +138,7 @@ class Writer:
             self._thread.start()
 
     def begin(self, uid: str, **fields: object) -> None:
-        self._put(BEGIN, uid, {"state": "recording", **fields}, 1)
+        self._put(BEGIN, uid, {"state": ExchangeState.RECORDING, **fields}, 1)
 
     def update(self, uid: str, **fields: object) -> None:
         self._put(UPDATE, uid, fields, 1)
@@ -163,7 +164,7 @@ class Writer:
     def flush(self, timeout: float = 5.0) -> bool:
         """Block until everything queued so far is committed; False on timeout.
 
-        For tests and shutdown: never call it on the proxy's event loop.
+        For tests and shutdown: it blocks, so never while batches are waiting.
         """
         if self._thread is None or not self._thread.is_alive():
             with self._lock:

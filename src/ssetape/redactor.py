@@ -52,6 +52,13 @@ def unmask(node: Any) -> Any:
     return node
 
 
+def check_paths(option: str, paths: Iterable[str]) -> None:
+    """ValueError in one line naming ``option`` unless every path is a dotted JSON path."""
+    for p in paths:
+        if not p.strip() or any(not part for part in p.strip().split(".")):
+            raise ValueError(f"{option}: bad JSON path {p!r} (use a.b.c)")
+
+
 class Redactor:
     """Masks secret headers, query parameters and JSON body fields.
 

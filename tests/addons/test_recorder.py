@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from ssetape.simulator.scenario import plan
+from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
 from ssetape.storage.models import Event, Exchange

@@ -30,7 +30,7 @@ import httpx
 import orjson
 import pytest
 
-from ssetape.simulator.scenario import plan
+from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
 from ssetape.storage.runs import Runs

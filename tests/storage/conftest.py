@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ssetape.storage.batch import EventRow
+from ssetape.records import EventRow
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_schema
 

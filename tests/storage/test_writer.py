@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
 
-from ssetape.storage.batch import EventRow
+from ssetape.records import EventRow
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer

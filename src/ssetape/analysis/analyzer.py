@@ -1,12 +1,10 @@
-"""What a recorded LLM API exchange said: outcome, usage, timing, text and contract findings.
+"""What a recorded LLM API exchange said: outcome, usage, timing, text and protocol findings.
 
-The stream formats are the seed contract (``seeds/000`` sequences, ``seeds/001`` Responses
-vocabulary). :class:`Analyzer` is fed one stored SSE event at a time and keeps only running
-totals, so it can follow streams of a million events; :meth:`Analyzer.finish` has no side
-effects, so it can be called on a recording in progress and again once it ends.
-
-The API-specific rules live in :mod:`ssetape.analysis.rules_openai` and :mod:`ssetape.analysis.rules_anthropic`;
-they update a :class:`~ssetape.analysis.tally.Tally`.
+:class:`Analyzer` is fed one stored SSE event at a time and keeps only running totals, so it can
+follow streams of a million events; :meth:`Analyzer.finish` has no side effects, so it can be
+called on a recording in progress and again once it ends. What each API's events mean is in
+its rules module (:mod:`ssetape.analysis.apis` lists them); they update a
+:class:`~ssetape.analysis.tally.Tally`.
 """
 
 from __future__ import annotations
@@ -19,30 +17,21 @@ from typing import Any
 
 import orjson
 
-from ssetape.analysis import rules_anthropic, rules_openai
-from ssetape.analysis.tally import MAX_FINDINGS as MAX_FINDINGS
-from ssetape.analysis.tally import Finding, Tally
+from ssetape.analysis.apis import APIS, UNKNOWN, api_of_body, api_of_event, detect_api
+from ssetape.analysis.findings import Finding, FindingCode
+from ssetape.analysis.tally import Tally
+from ssetape.vocabulary import ExchangeState, Outcome
 
-__all__ = ["ERROR_OUTCOMES", "Analysis", "Analyzer", "Finding", "Tally", "detect_api"]
+__all__ = ["Analysis", "Analyzer"]
 
-ERROR_OUTCOMES: frozenset[str] = frozenset(
-    {"error", "unresolved", "http_error", "cut", "no_response", "interrupted"}
-)
-_STATES = frozenset({"recording", "completed", "aborted", "failed", "truncated", "interrupted"})
-_TRANSPORT_OUTCOMES = {
-    "aborted": "aborted",
-    "failed": "no_response",
-    "interrupted": "interrupted",
-    "recording": "recording",
+_STATES = frozenset(ExchangeState)
+# How the transport ended, when the stream itself said nothing.
+_TRANSPORT_OUTCOMES: dict[str, Outcome] = {
+    ExchangeState.ABORTED: Outcome.ABORTED,
+    ExchangeState.FAILED: Outcome.NO_RESPONSE,
+    ExchangeState.INTERRUPTED: Outcome.INTERRUPTED,
+    ExchangeState.RECORDING: Outcome.RECORDING,
 }
-_PATH_SUFFIXES = (
-    ("/chat/completions", "chat_completions"),
-    ("/responses", "responses"),
-    ("/messages", "messages"),
-    ("/images/generations", "images"),
-    ("/images/edits", "images"),
-    ("/images", "images"),
-)
 # Stands for "data was not JSON", distinct from any value orjson can return.
 _BAD_JSON = object()
 
@@ -71,63 +60,33 @@ class Analysis:
         return asdict(self)
 
 
-def detect_api(path: str) -> str:
-    """The API of a request path, by suffix so that gateway prefixes such as /api/v1 work."""
-    path = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
-    return next((api for suffix, api in _PATH_SUFFIXES if path.endswith(suffix)), "unknown")
-
-
-def _api_of_event(event: str | None, obj: object) -> str:
-    """Guess the API from one event when the path did not tell."""
-    kind = event if event and event != "message" else None
-    if kind is None and isinstance(obj, dict) and isinstance(obj.get("type"), str):
-        kind = obj["type"]
-    if kind:
-        if kind.startswith("response."):
-            return "responses"
-        if kind == "message_start":
-            return "messages"
-        if kind.startswith("image_generation."):
-            return "images"
-    if isinstance(obj, dict) and "choices" in obj:
-        return "chat_completions"
-    return "unknown"
-
-
-def _api_of_body(obj: dict[str, Any]) -> str:
-    if "choices" in obj:
-        return "chat_completions"
-    if obj.get("object") == "response":
-        return "responses"
-    if obj.get("type") == "message":
-        return "messages"
-    if isinstance(obj.get("data"), list):
-        return "images"
-    return "unknown"
-
-
 class Analyzer:
     """Analyse one exchange: construct, :meth:`feed` every stored event, then :meth:`finish`."""
 
     def __init__(self, *, method: str, path: str, request_body: bytes | None) -> None:
+        self._request: dict[str, Any] = {}
         self._request_model: str | None = None
-        self._include_usage = False
         self._offsets = array("q")  # offsets of the content-bearing events
         self._data_events = 0
+        self._tally = Tally(UNKNOWN)
         try:
-            self._tally = Tally(detect_api(path))
             req = orjson.loads(request_body) if request_body else None
             if isinstance(req, dict):
+                self._request = req
                 model = req.get("model")
                 self._request_model = model if isinstance(model, str) and model else None
-                options = req.get("stream_options")
-                self._include_usage = (
-                    isinstance(options, dict) and options.get("include_usage") is True
-                )
         except Exception:
-            # A request body that is not JSON tells nothing; the response can still be read.
-            if not hasattr(self, "_tally"):
-                self._tally = Tally("unknown")
+            pass  # a request body that is not JSON tells nothing; the response still can
+        self._set_api(self._tally, detect_api(path))
+
+    def _set_api(self, tally: Tally, api: str) -> None:
+        tally.api = api
+        rules = APIS.get(api)
+        if rules is not None and rules.request is not None and self._request:
+            try:
+                rules.request(tally, self._request)
+            except Exception as exc:
+                tally.add(FindingCode.ANALYZER_ERROR, None, _describe(exc))
 
     def feed(self, seq: int, offset_us: int, event: str | None, data: str | None) -> None:
         """Take one stored SSE event (``data`` None for comments and non-SSE chunks)."""
@@ -135,7 +94,7 @@ class Analyzer:
             if data is not None and self._feed(seq, event, data):
                 self._offsets.append(offset_us)
         except Exception as exc:
-            self._tally.add("analyzer_error", seq, _describe(exc))
+            self._tally.add(FindingCode.ANALYZER_ERROR, seq, _describe(exc))
 
     def _feed(self, seq: int, event: str | None, data: str) -> bool:
         """Apply one data event; True when it carries content."""
@@ -146,38 +105,32 @@ class Analyzer:
                 tally.done_ok, tally.finished = False, True
             else:
                 name = event or ("[DONE]" if data == "[DONE]" else "message")
-                tally.add("event_after_terminal", seq, f"{name[:80]} arrived after the terminal.")
+                detail = f"{name[:80]} arrived after the terminal."
+                tally.add(FindingCode.EVENT_AFTER_TERMINAL, seq, detail)
             return False
         done = data == "[DONE]"
         obj = _BAD_JSON if done else _loads(data)
-        if tally.api == "unknown":
-            tally.api = _api_of_event(event, obj)
-            if tally.api == "unknown":
-                return False
-        api = tally.api
-        if done and api == "chat_completions":
-            rules_openai.chat_done(tally)
+        if tally.api == UNKNOWN:
+            self._set_api(tally, api_of_event(event, obj))
+        rules = APIS.get(tally.api)
+        if rules is None:
             return False
-        if done and api == "images":
-            rules_openai.images_done(tally)
+        if done and rules.done is not None:
+            rules.done(tally)
             return False
         if obj is _BAD_JSON or not isinstance(obj, dict):
             what = "is not valid JSON" if obj is _BAD_JSON else "is JSON but not an object"
-            tally.add("invalid_json", seq, f"The event's data {what}.")
+            tally.add(FindingCode.INVALID_JSON, seq, f"The event's data {what}.")
             obj = {}
-        if api == "chat_completions":
-            if event and event != "message":
-                tally.unknown(seq, event)
-            return rules_openai.chat_chunk(tally, seq, obj) if obj else False
-        kind = event if event and event != "message" else obj.get("type")
+        named = event if event and event != "message" else None
+        if not rules.typed_events:
+            return rules.event(tally, seq, named, obj)
+        kind = named or obj.get("type")
         if not isinstance(kind, str) or not kind:
-            tally.add("unknown_event", seq, "The event has neither an event name nor a type.")
+            detail = "The event has neither an event name nor a type."
+            tally.add(FindingCode.UNKNOWN_EVENT, seq, detail)
             return False
-        if api == "responses":
-            return rules_openai.responses_event(tally, seq, kind, obj)
-        if api == "messages":
-            return rules_anthropic.messages_event(tally, seq, kind, obj)
-        return rules_openai.images_event(tally, seq, kind, obj)
+        return rules.event(tally, seq, kind, obj)
 
     def finish(
         self,
@@ -211,38 +164,35 @@ class Analyzer:
             tally, body_read = Tally(tally.api), True
             self._read_body(tally, body, extra)
         model = tally.model or self._request_model
-        api = tally.api
+        rules = APIS.get(tally.api)
         if state not in _STATES:
-            extra.append(Finding("analyzer_error", None, f"Unknown transport state {state!r}."))
+            detail = f"Unknown transport state {state!r}."
+            extra.append(Finding(FindingCode.ANALYZER_ERROR, None, detail))
         outcome, reason = _outcome(tally, status, state, body_read)
-        if outcome == "http_error":
+        if outcome == Outcome.HTTP_ERROR:
             # Without a JSON error body, an error event in the stream is the next best label.
             reason = http_reason or tally.reason or str(status)
+        over = state in (ExchangeState.COMPLETED, ExchangeState.TRUNCATED)
+        if rules is not None and over and not (http_error or body_read or tally.finished):
+            extra.append(Finding(FindingCode.NO_TERMINAL_EVENT, None, rules.no_terminal))
         if (
-            not (http_error or body_read or tally.finished)
-            and state in ("completed", "truncated")
-            and api in _NO_TERMINAL
-        ):
-            extra.append(Finding("no_terminal_event", None, _NO_TERMINAL[api]))
-        if (
-            self._include_usage
-            and api == "chat_completions"
+            tally.usage_requested
             and not (http_error or body_read or tally.usage_seen)
-            and state == "completed"
+            and state == ExchangeState.COMPLETED
         ):
-            detail = "stream_options.include_usage was requested but no usage chunk arrived."
-            extra.append(Finding("usage_missing", None, detail))
+            detail = f"{tally.usage_requested} was requested but no usage chunk arrived."
+            extra.append(Finding(FindingCode.USAGE_MISSING, None, detail))
         findings = list(tally.findings)
         if tally.dropped:
             detail = f"{tally.dropped} more findings were not stored."
-            findings.append(Finding("findings_truncated", None, detail))
+            findings.append(Finding(FindingCode.FINDINGS_TRUNCATED, None, detail))
         inp, out, total = tally.input_tokens, tally.output_tokens, tally.total_tokens
         if total is None and inp is not None and out is not None:
             total = inp + out
         offsets = self._offsets if not body_read else array("q")
         ttft, median, p95, top, rate = _timing(offsets, out)
         return Analysis(
-            api=api,
+            api=tally.api,
             model=model,
             outcome=outcome,
             reason=reason,
@@ -272,31 +222,35 @@ class Analyzer:
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
-            extra.append(Finding("invalid_json", None, "The response body is not valid JSON."))
+            detail = "The response body is not valid JSON."
+            extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
             return
         if not isinstance(obj, dict):
-            extra.append(Finding("invalid_json", None, "The response body is not a JSON object."))
+            detail = "The response body is not a JSON object."
+            extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
             return
-        if tally.api == "unknown":
-            tally.api = _api_of_body(obj)
-        if tally.api == "messages":
-            rules_anthropic.message_body(tally, obj)
-        elif tally.api != "unknown":
-            rules_openai.body(tally, obj)
+        if tally.api == UNKNOWN:
+            tally.api = api_of_body(obj)
+        rules = APIS.get(tally.api)
+        if rules is not None:
+            rules.body(tally, obj)
 
     def _fallback(self, status: int | None, state: str, exc: Exception) -> Analysis:
         """A minimal analysis for when finishing itself failed: the transport still tells."""
-        outcome = "http_error" if isinstance(status, int) and status >= 400 else None
+        outcome: str | None = None
+        if isinstance(status, int) and status >= 400:
+            outcome = Outcome.HTTP_ERROR
         outcome = outcome or _TRANSPORT_OUTCOMES.get(str(state))
-        outcome = outcome or ("cut" if state == "truncated" else "interrupted")
-        if outcome == "interrupted" and state == "completed":
-            outcome = "completed"
+        if outcome is None:
+            outcome = Outcome.CUT if state == ExchangeState.TRUNCATED else Outcome.INTERRUPTED
+        if outcome == Outcome.INTERRUPTED and state == ExchangeState.COMPLETED:
+            outcome = Outcome.COMPLETED
         return Analysis(
             api=self._tally.api,
             model=self._request_model,
             outcome=outcome,
             reason=None,
-            findings=[Finding("analyzer_error", None, _describe(exc))],
+            findings=[Finding(FindingCode.ANALYZER_ERROR, None, _describe(exc))],
         )
 
 
@@ -310,33 +264,25 @@ def _error_body_reason(body: bytes) -> str | None:
     return Tally.error_reason(obj.get("error")) or Tally.error_reason(obj.get("detail"))
 
 
-_NO_TERMINAL = {
-    "chat_completions": "The stream ended without data: [DONE].",
-    "responses": "The stream ended without response.completed, .incomplete, .failed or error.",
-    "messages": "The stream ended without message_stop or error.",
-    "images": "The stream ended without image_generation.completed and data: [DONE].",
-}
-
-
 def _outcome(
     tally: Tally, status: int | None, state: str, body_read: bool
 ) -> tuple[str, str | None]:
     if status is not None and status >= 400:
-        return "http_error", None
-    if state == "recording":
-        return "recording", None
+        return Outcome.HTTP_ERROR, None
+    if state == ExchangeState.RECORDING:
+        return Outcome.RECORDING, None
     # The exchange's own terminal wins over how the connection ended.
     if tally.outcome is not None:
         return tally.outcome, tally.reason
     if state in _TRANSPORT_OUTCOMES:
         return _TRANSPORT_OUTCOMES[state], None
-    if state == "truncated":
-        return "cut", "truncated"
-    if state != "completed":
-        return "interrupted", None
-    if tally.api == "unknown":
-        return "completed", None
-    return "cut", "invalid JSON body" if body_read else "no terminal event"
+    if state == ExchangeState.TRUNCATED:
+        return Outcome.CUT, "truncated"
+    if state != ExchangeState.COMPLETED:
+        return Outcome.INTERRUPTED, None
+    if tally.api == UNKNOWN:
+        return Outcome.COMPLETED, None
+    return Outcome.CUT, "invalid JSON body" if body_read else "no terminal event"
 
 
 def _loads(data: str) -> Any:

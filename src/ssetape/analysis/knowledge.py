@@ -1,9 +1,10 @@
-"""Stream knowledge in the store: runs the analyzer over stored exchanges and saves what it finds.
+"""A store's stream knowledge: what the analyzer found in each exchange, saved and read back.
 
-The recording process's writer thread calls it for every exchange it finishes (with the
-analysis ``LiveAnalysis`` made while the stream went by), and `ssetape reindex` for old rows
-(reading events back from the store in pages, so a million-event stream is analysed in
-bounded memory): live and recomputed knowledge come from the same ``Analyzer``.
+The recording process's writer thread saves the analysis ``LiveAnalysis`` made while each
+stream went by (:meth:`Knowledge.save_live`); `ssetape reindex` and cassette imports analyse
+stored rows again (:meth:`Knowledge.reanalyse`, reading events back in pages so a
+million-event stream is analysed in bounded memory). Live and recomputed knowledge come from
+the same ``Analyzer``.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def _save(conn: Connection, results: list[tuple[int, Analysis]]) -> None:
         conn.execute(insert(Finding), findings)
 
 
-class Indexer:
-    """Analyses stored exchanges and writes their stream knowledge and findings."""
+class Knowledge:
+    """Analyses stored exchanges, writes their stream knowledge and findings, reads them."""
 
     def __init__(self, store: Store, live: Callable[[str], Analysis | None] | None = None) -> None:
         """``live``: the analysis already made while recording an exchange, by uid."""
@@ -104,7 +105,7 @@ class Indexer:
             response_content_type=content_type(x.response_headers),
         )
 
-    def index(self, exchange_ids: Iterable[int]) -> int:
+    def update(self, exchange_ids: Iterable[int]) -> int:
         """Analyse and store the exchanges in one transaction; the number done."""
         # IMMEDIATE on SQLite: this reads, then writes; a plain BEGIN would fail at once
         # ("database is locked") when another connection commits in between.
@@ -120,7 +121,7 @@ class Indexer:
             _save(s.connection(), results)
         return len(results)
 
-    def index_finished(self, finished: list[tuple[int, str]]) -> int:
+    def save_live(self, finished: list[tuple[int, str]]) -> int:
         """Store the live analyses of just-recorded exchanges, ``(id, uid)`` pairs, without
         reading the exchanges back (about 1 ms each through the ORM: per event of a
         1,000-event stream, as much as its SSE parsing). Those without one are analysed
@@ -137,9 +138,9 @@ class Indexer:
         if results:
             with self._engine.begin() as conn:
                 _save(conn, results)
-        return len(results) + (self.index(rest) if rest else 0)
+        return len(results) + (self.update(rest) if rest else 0)
 
-    def ids(self, *, stale_only: bool = False) -> list[int]:
+    def exchange_ids(self, *, stale_only: bool = False) -> list[int]:
         """Exchanges to (re)index: all, or only those never analysed by this version."""
         stmt = select(Exchange.id).order_by(Exchange.id)
         if stale_only:
@@ -150,11 +151,12 @@ class Indexer:
         with self._store.Session() as s:
             return list(s.scalars(stmt))
 
-    def reindex(self, ids: list[int], *, progress: Callable[[int], None] | None = None) -> int:
+    def reanalyse(self, ids: list[int], *, progress: Callable[[int], None] | None = None) -> int:
+        """Analyse ``ids`` again from the store, 100 exchanges per transaction."""
         done = 0
         for start in range(0, len(ids), 100):
             part = ids[start : start + 100]
-            done += self.index(part)
+            done += self.update(part)
             if progress is not None:
                 progress(len(part))
         return done

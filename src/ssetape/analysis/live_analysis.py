@@ -1,11 +1,11 @@
 """Stream knowledge computed while the recording process captures a stream.
 
-The indexer would otherwise read every event of a finished exchange back from the store to
-analyse it, which was the recording process's largest single cost. Here the same
-``Analyzer`` sees each event as ``Capture`` emits it, on its way to the writer, and the
-``Indexer`` takes the finished analysis instead of re-reading. When the writer had to drop
-events (the store was slow), the analysis still saw them all; ``ssetape reindex`` recomputes
-from what was stored.
+Saving knowledge would otherwise read every event of a finished exchange back from the store
+to analyse it, which was the recording process's largest single cost. Here the same
+``Analyzer`` sees each event as ``Capture`` emits it, on its way to the writer, and
+``Knowledge.save_live`` takes the finished analysis instead of re-reading. When the writer
+had to drop events (the store was slow), the analysis still saw them all; ``ssetape reindex``
+recomputes from what was stored.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
-from ssetape.recording.capture import EventSink
-from ssetape.storage.batch import ChunkRow, EventRow
+from ssetape.records import ChunkRow, EventRow, EventSink
 
 MAX_WAITING = 10_000  # finished analyses waiting for the writer to commit their exchange
 
@@ -39,7 +38,7 @@ class LiveAnalysis:
         self._rows: dict[str, list[EventRow]] = {}  # not yet handed to the writer
         self._analyzers: dict[str, Analyzer] = {}
         self._heads: dict[str, tuple[int | None, str | None]] = {}
-        # Finished analyses by uid; the indexer (in the writer's thread) takes them once
+        # Finished analyses by uid; ``Knowledge.save_live`` (in the writer's thread) takes them once
         # the exchange's finish is committed. Single dict operations: safe across threads.
         self._done: dict[str, Analysis] = {}
 
@@ -85,7 +84,7 @@ class LiveAnalysis:
         analyzer = self._analyzers.pop(uid, None)
         status, ctype = self._heads.pop(uid, (None, None))
         if analyzer is not None:
-            # Only the writer's indexer takes them; one it never calls for (the store
+            # Only the writer's thread takes them; one it never calls for (the store
             # dropped the exchange) must not pile up: the oldest go (reindex redoes them).
             while len(self._done) >= MAX_WAITING:
                 self._done.pop(next(iter(self._done)))

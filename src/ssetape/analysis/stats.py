@@ -6,13 +6,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rich.table import Table
 from sqlalchemy import select
 
-from ssetape.analysis.analyzer import ERROR_OUTCOMES
 from ssetape.storage.filters import Filters
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
+from ssetape.vocabulary import ERROR_OUTCOMES, ExchangeState
 
 GROUP_BY = {
     "model": Exchange.model,
@@ -21,7 +20,9 @@ GROUP_BY = {
     "outcome": Exchange.outcome,
     "status": Exchange.status,
 }
-_TRANSPORT_ERRORS = frozenset(("failed", "truncated", "interrupted"))
+_TRANSPORT_ERRORS = frozenset(
+    (ExchangeState.FAILED, ExchangeState.TRUNCATED, ExchangeState.INTERRUPTED)
+)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -81,6 +82,8 @@ class _Group:
 
 
 class Stats:
+    """Counts, error rates, latency percentiles and tokens of a store's exchanges, grouped."""
+
     def __init__(self, store: Store) -> None:
         self._store = store
 
@@ -119,28 +122,3 @@ class Stats:
                 g.input_tokens += tin or 0
                 g.output_tokens += tout or 0
         return [g.json() for g in sorted(groups.values(), key=lambda g: (-g.count, g.name))]
-
-    @staticmethod
-    def table(rows: list[dict[str, Any]], by: str | None) -> Table:
-        t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
-        # Fits 80 columns: times in ms, tokens in/out per group.
-        t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=20)
-        for col in ("n", "errors", "ttfb p50/95", "ttft p50/95", "tok in", "tok out", "tok/s"):
-            t.add_column(col, justify="right", no_wrap=True)
-
-        def pair(d: dict[str, float | None]) -> str:
-            return "/".join("-" if v is None else f"{v:.0f}" for v in (d["p50"], d["p95"]))
-
-        for r in rows:
-            tps = r["tokens_per_s"]["p50"]
-            t.add_row(
-                r["group"],
-                str(r["count"]),
-                f"{r['errors']} {100 * r['error_rate']:.0f}%",
-                pair(r["ttfb_ms"]),
-                pair(r["ttft_ms"]),
-                f"{r['input_tokens']:,}",
-                f"{r['output_tokens']:,}",
-                "-" if tps is None else f"{tps:.1f}",
-            )
-        return t

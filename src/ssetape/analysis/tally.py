@@ -1,27 +1,22 @@
 """The running state of one exchange's analysis, which the API rule modules update.
 
-:class:`Tally` is what :mod:`ssetape.analysis.rules_openai` and :mod:`ssetape.analysis.rules_anthropic` write
-into and :class:`~ssetape.analysis.analyzer.Analyzer` reads its :class:`~ssetape.analysis.analyzer.Analysis`
-from; :class:`Finding` is here because a tally collects them.
+:class:`Tally` is what the modules of :mod:`ssetape.analysis.rules` write into and
+:class:`~ssetape.analysis.analyzer.Analyzer` reads its
+:class:`~ssetape.analysis.analyzer.Analysis` from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_FINDINGS", "Finding", "Tally", "ToolCall"]
+from ssetape.analysis.findings import Finding, FindingCode
+
+__all__ = ["MAX_FINDINGS", "Tally", "ToolCall"]
 
 MAX_FINDINGS = 100
 # How many unknown event names are remembered for de-duplication; past that the findings cap
 # has long been reached, so remembering more would only cost memory.
 _MAX_UNKNOWN_NAMES = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    code: str
-    event_seq: int | None
-    detail: str
 
 
 @dataclass(slots=True)
@@ -48,6 +43,8 @@ class Tally:
         self.output_tokens: int | None = None
         self.total_tokens: int | None = None
         self.usage_seen = False
+        # The request option that asked for usage in the stream, if one did.
+        self.usage_requested: str | None = None
         self.refusal_seen = False
         # The outcome the exchange itself announced (finish_reason, terminal event, body).
         self.outcome: str | None = None
@@ -75,7 +72,8 @@ class Tally:
             return
         if len(self.unknown_names) < _MAX_UNKNOWN_NAMES:
             self.unknown_names.add(name)
-        self.add("unknown_event", seq, f"Event type {name[:80]!r} is not in the {self.api} API.")
+        detail = f"Event type {name[:80]!r} is not in the {self.api} API."
+        self.add(FindingCode.UNKNOWN_EVENT, seq, detail)
 
     def tool(self, key: object) -> ToolCall:
         call = self.tools.get(key)

@@ -18,7 +18,9 @@ from urllib.parse import parse_qsl
 import orjson
 from sqlalchemy import Table, select
 
-from ssetape.cassettes.cassette import CassetteError, Narrow, Progress, scrubber, select_ids
+from ssetape.cassettes.codec import CassetteError
+from ssetape.cassettes.store_io import Narrow, Progress, scrubber, select_ids
+from ssetape.decoders import decode
 from ssetape.files import private_file
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
@@ -42,15 +44,10 @@ def _content(data: bytes, mime: str) -> dict[str, Any]:
 
 
 def _decoded(data: bytes, encoding: str) -> bytes:
-    if encoding.lower() in ("", "identity"):
-        return data
-    from mitmproxy.net.encoding import decode
-
     try:
-        out = decode(data, encoding)
+        return decode(data, encoding)
     except ValueError:
         return data  # a body cut mid-stream may not decode: show the bytes as they came
-    return out if isinstance(out, bytes) else data
 
 
 def _ms(us: int | None) -> float:

@@ -6,21 +6,20 @@ import sys
 from typing import Any
 
 import click
-import orjson
 from rich.console import Console
 from rich.progress import Progress
 
-from ssetape.analysis.knowledge import Indexer
+from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import GROUP_BY, Stats
-from ssetape.cli.proxy import db_option, open_db
+from ssetape.cli.options import db_option, filter_options, open_db, print_json
 from ssetape.storage.filters import Filters
+from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
+from ssetape.views.tables import stats_table
 
 
 def _losses(store: Store) -> dict[str, Any] | None:
     """What recorders could not store (their run counters), if the store has any runs."""
-    from ssetape.storage.runs import Runs
-
     totals = Runs(store).totals()
     return totals if totals.get("runs") else None
 
@@ -29,7 +28,7 @@ def _losses(store: Store) -> dict[str, Any] | None:
 @db_option
 @click.option("--by", type=click.Choice(sorted(GROUP_BY)), help="One row per model, host, ...")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per group.")
-@Filters.options
+@filter_options
 def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
     """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
     store = open_db(db)
@@ -39,13 +38,13 @@ def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
     finally:
         store.close()
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2) + b"\n")
+        print_json(rows)
         return
     console = Console()
     if not rows:
         console.print("no exchanges match")
     else:
-        console.print(Stats.table(rows, by))
+        console.print(stats_table(rows, by))
     if losses is not None:
         runs = len(losses["runs"])
         if losses["events_lost"] or losses["exchanges_lost"] or losses["store_errors"]:
@@ -65,11 +64,11 @@ def reindex(db: str, stale: bool) -> None:
     """Recompute the stream knowledge (api, model, outcome, usage, timing, findings)."""
     store = open_db(db)
     try:
-        indexer = Indexer(store)
-        ids = indexer.ids(stale_only=stale)
+        knowledge = Knowledge(store)
+        ids = knowledge.exchange_ids(stale_only=stale)
         with Progress(console=Console(stderr=True), disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("reindex", total=len(ids))
-            done = indexer.reindex(ids, progress=lambda n: bar.advance(task, n))
+            done = knowledge.reanalyse(ids, progress=lambda n: bar.advance(task, n))
     finally:
         store.close()
     click.echo(f"reindexed {done} exchange(s)")

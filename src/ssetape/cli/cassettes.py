@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,25 +21,17 @@ from rich.progress import (
 )
 from sqlalchemy import ColumnElement, Select, Table, or_
 
-from ssetape.cassettes.cassette import MAX_BYTES, MAX_LINE_BYTES, Cassette, CassetteError, Narrow
-from ssetape.cassettes.cassette import Progress as ProgressFn
-from ssetape.cli.proxy import db_option, open_db, shown
-from ssetape.storage.filters import Filters, TimeParam
-from ssetape.storage.models import EXCHANGE_STATES, Exchange
+from ssetape.cassettes.cassette import Cassette, CassetteError
+from ssetape.cassettes.format import MAX_BYTES, MAX_LINE_BYTES
+from ssetape.cassettes.har import Har
+from ssetape.cassettes.store_io import Narrow, write_cassette
+from ssetape.cassettes.store_io import Progress as ProgressFn
+from ssetape.cli.options import TimeParam, db_option, filter_options, open_db, shown, size_option
+from ssetape.storage.filters import Filters
+from ssetape.storage.models import Exchange
+from ssetape.vocabulary import ExchangeState
 
 _EXCHANGES = cast(Table, Exchange.__table__)
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-
-
-def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
-    """Sizes as bytes or with a unit: 64MiB, 512k, 2G (binary units)."""
-    if isinstance(value, int):
-        return value
-    m = _SIZE.match(value)
-    if m is None or int(m.group(1)) < 1:
-        raise click.BadParameter(f"{value!r} is not a size (e.g. 1048576, 64MiB, 2G)")
-    unit = (m.group(2) or "b")[0].lower()
-    return int(m.group(1)) * {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
 
 
 @contextlib.contextmanager
@@ -109,12 +100,16 @@ def _narrow(
 @click.option("--host", "hosts", multiple=True, help="Only this host (repeatable).")
 @click.option("--path", help="Only request paths starting with this, e.g. /v1/chat.")
 @click.option(
-    "--state", "states", multiple=True, type=click.Choice(EXCHANGE_STATES), help="(repeatable)"
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in ExchangeState]),
+    help="(repeatable)",
 )
 @click.option(
     "--until", type=TimeParam(), help="Only started before this: 30m, 1h, 2d ago or a date."
 )
-@Filters.options
+@filter_options
 def export_cmd(
     db: str,
     output: Path,
@@ -131,9 +126,6 @@ def export_cmd(
     Cassettes keep every byte and every event offset: `ssetape import` brings them back into
     any store and replay is identical. The store's redaction key is never written.
     """
-    from ssetape.cassettes.cassette import write_cassette
-    from ssetape.cassettes.har import Har
-
     fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
     narrow = _narrow(Filters.pop(filters), ids, hosts, path, states, until)
     store = open_db(db, create=False)
@@ -161,20 +153,8 @@ def export_cmd(
 @click.command("import")
 @click.argument("cassette", type=click.Path(dir_okay=False, path_type=Path))
 @db_option
-@click.option(
-    "--max-line-bytes",
-    default=str(MAX_LINE_BYTES),
-    callback=_size,
-    show_default="64MiB",
-    help="Refuse longer lines (e.g. 64MiB).",
-)
-@click.option(
-    "--max-bytes",
-    default=str(MAX_BYTES),
-    callback=_size,
-    show_default="4GiB",
-    help="Refuse larger cassettes.",
-)
+@size_option("--max-line-bytes", MAX_LINE_BYTES, "64MiB", "Refuse longer lines (e.g. 64MiB).")
+@size_option("--max-bytes", MAX_BYTES, "4GiB", "Refuse larger cassettes.")
 def import_cmd(cassette: Path, db: str, max_line_bytes: int, max_bytes: int) -> None:
     """Add a cassette's exchanges to a store (one transaction; exchanges already there are
     skipped), ready for `ssetape replay`."""

@@ -13,12 +13,16 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from ssetape.analysis.knowledge import Indexer
+from ssetape.addons.recorder import Recorder
+from ssetape.addons.replayer import Replayer
+from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import Stats
+from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
+from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
 from ssetape.storage.filters import Filters
 from ssetape.storage.store import Store
-from ssetape.views.tables import list_table, show_view
+from ssetape.views.tables import list_table, show_view, stats_table
 
 REQUESTS: list[tuple[str, str, dict[str, object]]] = [
     (
@@ -79,8 +83,6 @@ async def _through_proxy(
     addons: list[Any], db: str, sim_url: str
 ) -> list[tuple[str, str, list[float]]]:
     """Send every demo request through a proxy with these addons; the arrival times."""
-    from ssetape.replay.proxy_runner import ProxyRunner
-
     ready: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
     runner = ProxyRunner(
         addons,
@@ -128,11 +130,6 @@ def _fidelity(store: Store, replayed: list[tuple[str, str, list[float]]]) -> Tab
 @click.option("--db", default=None, help="Keep the recording in this database (default: temp).")
 def demo(db: str | None) -> None:
     """Record a few streams from the built-in simulator, show them, and replay them."""
-    from ssetape.addons.recorder import Recorder
-    from ssetape.addons.replayer import Replayer
-    from ssetape.replay.proxy_runner import ProxyStartError
-    from ssetape.simulator.simulator import Simulator
-
     console = Console()
     with tempfile.TemporaryDirectory(prefix="ssetape-demo-") as tmp:
         target = db or str(Path(tmp) / "demo.db")
@@ -151,9 +148,9 @@ def demo(db: str | None) -> None:
             console.print(list_table(rows))
             first = rows[-1]
             console.print(
-                show_view(first, store.events(first.id), Indexer(store).findings(first.id))
+                show_view(first, store.events(first.id), Knowledge(store).findings(first.id))
             )
-            console.print(Stats.table(Stats(store).groups("api", Filters()), "api"))
+            console.print(stats_table(Stats(store).groups("api", Filters()), "api"))
             console.print(f"\nsimulator stopped; replaying {len(rows)} streams from the tape")
             replayed = asyncio.run(_through_proxy([Replayer(), Recorder()], target, sim_url))
             console.print(_fidelity(store, replayed))

@@ -1,78 +1,24 @@
-"""`ssetape record` and `ssetape replay`: the commands that run a proxy."""
+"""`ssetape record`, `replay` and `ca`: the commands that run a proxy, and its CA."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any
 
+import certifi
 import click
-from sqlalchemy import make_url
+from mitmproxy.certs import CertStore
 
+from ssetape.addons.recorder import Recorder
+from ssetape.addons.replayer import Replayer
+from ssetape.cli.options import DEFAULT_CONFDIR, proxy_options, shown, validate_mode
+from ssetape.replay.direct_front import run_front
+from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.storage.store import Store, StoreError
-
-DB_HELP = "SQLite file or SQLAlchemy URL (postgresql+psycopg://...). Env: SSETAPE_DB."
-DEFAULT_CONFDIR = "~/.mitmproxy"
-F = TypeVar("F", bound=Callable[..., Any])
-
-db_option = click.option(
-    "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
-)
-
-
-def open_db(db: str, *, create: bool = False) -> Store:
-    """Open a store for a command: a one-line error if that fails. Exchanges left
-    ``recording`` by a recorder that is gone (crash, kill -9) show as ``interrupted``."""
-    try:
-        store = Store.open(db, create=create)
-    except StoreError as e:
-        raise click.ClickException(str(e)) from None
-    from ssetape.storage.runs import Runs
-
-    with contextlib.suppress(Exception):  # a read-only user still gets to read
-        Runs(store).mark_gone_interrupted()
-    return store
-
-
-def proxy_options(f: F) -> F:
-    """The options every proxy command takes."""
-    for option in reversed([
-        db_option,
-        click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535)),
-        click.option("--host", default="127.0.0.1", show_default=True,
-                     help="Address to listen on; anything but loopback exposes the proxy."),
-        click.option("--mode", default="regular", show_default=True,
-                     help="'regular' (forward proxy) or 'reverse:https://api.openai.com'."),
-        click.option("--redact-header", multiple=True,
-                     help="Extra header to redact (repeatable)."),
-        click.option("--redact-field", multiple=True,
-                     help="JSON body field to redact: dotted path or bare name (repeatable)."),
-        click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True,
-                     help="mitmproxy's directory (CA certificate)."),
-        click.option("--set", "sets", multiple=True, metavar="OPTION=VALUE",
-                     help="Any mitmproxy option, e.g. --set ssl_insecure=true."),
-    ]):  # fmt: skip
-        f = option(f)
-    return f
-
-
-def shown(db: str) -> str:
-    """The database as it may be printed: no password."""
-    return make_url(db).render_as_string(hide_password=True) if "://" in db else db
-
-
-def validate_mode(mode: str) -> str:
-    if mode == "regular":
-        return mode
-    kind, _, target = mode.partition(":")
-    if kind == "reverse" and target.startswith(("http://", "https://")) and len(target) > 8:
-        return mode
-    raise click.BadParameter(
-        f"{mode!r}: use 'regular' (forward proxy) or 'reverse:https://api.example.com'",
-        param_hint="--mode",
-    )
+from ssetape.vocabulary import RecordMode
 
 
 def run_proxy(
@@ -107,10 +53,6 @@ def run_proxy(
         click.echo(f"ssetape {what}: listening on http://{h}:{p} ({mode}); db {shown(db)}; {how}")
         sys.stdout.flush()
 
-    # Here, not at the top: mitmproxy takes most of a second to import, and the
-    # commands that only read the store (list, show, stats) should not pay for it.
-    from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
-
     runner = ProxyRunner(
         addons,
         mode=mode,
@@ -133,8 +75,6 @@ def run_proxy(
 @proxy_options
 def record(**common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
-    from ssetape.addons.recorder import Recorder
-
     recorder = Recorder()
     run_proxy([recorder], what="record", extra={}, **common)
     # A warning (something lost) was already logged; the clean count is for the user too.
@@ -153,9 +93,9 @@ def record(**common: Any) -> None:
 )
 @click.option(
     "--record-mode",
-    default="none",
+    default=RecordMode.NONE.value,
     show_default=True,
-    type=click.Choice(["none", "once", "new_episodes", "all"]),
+    type=click.Choice(RecordMode.names()),
     help="VCR.py's record modes: what to do with requests not on the tape.",
 )
 @click.option(
@@ -179,9 +119,6 @@ def replay(
     **common: Any,
 ) -> None:
     """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
-    from ssetape.addons.recorder import Recorder
-    from ssetape.addons.replayer import Replayer
-
     db, mode = common["db"], common["mode"]
     if mode.startswith("reverse:") and not common["sets"] and _nothing_to_forward(db, record_mode):
         _replay_direct(
@@ -206,9 +143,10 @@ def replay(
 
 def _nothing_to_forward(db: str, record_mode: str) -> bool:
     """True when no request can go upstream: replay may bypass mitmproxy entirely."""
-    if record_mode == "none":
+    mode = RecordMode(record_mode)
+    if mode == RecordMode.NONE:
         return True
-    if record_mode != "once":
+    if mode != RecordMode.ONCE:
         return False
     try:
         store = Store.open(db, create=False)
@@ -232,10 +170,6 @@ def _replay_direct(
     redact_header: tuple[str, ...],
     redact_field: tuple[str, ...],
 ) -> None:
-    from mitmproxy.exceptions import OptionsError
-
-    from ssetape.replay.direct_front import run_front
-
     def ready(h: str, p: int) -> None:
         click.echo(
             f"ssetape replay: listening on http://{h}:{p} ({mode}); db {shown(db)}; "
@@ -257,7 +191,27 @@ def _replay_direct(
             redact_fields=list(redact_field),
             on_ready=ready,
         )
-    except (StoreError, OptionsError) as e:
+    except (StoreError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
+@click.command()
+@click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True)
+@click.option(
+    "--bundle",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a CA bundle (system roots + ssetape's CA) for SSL_CERT_FILE.",
+)
+def ca(confdir: str, bundle: Path | None) -> None:
+    """Print where the proxy's CA certificate is and how to trust it (created if missing)."""
+    d = Path(os.path.expanduser(confdir))
+    CertStore.from_store(d, "mitmproxy", 2048)
+    pem = d / "mitmproxy-ca-cert.pem"
+    click.echo(f"CA certificate: {pem}")
+    click.echo("Trust it for HTTPS recording, e.g. Python/httpx: SSL_CERT_FILE=<bundle>,")
+    click.echo("requests: REQUESTS_CA_BUNDLE=<bundle>, Node: NODE_EXTRA_CA_CERTS=" + str(pem))
+    if bundle is not None:
+        bundle.write_bytes(Path(certifi.where()).read_bytes() + b"\n" + pem.read_bytes())
+        click.echo(f"bundle (system roots + CA) written to {bundle}")

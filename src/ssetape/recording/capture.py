@@ -7,12 +7,10 @@ as it relayed them. It never raises: a stream it cannot parse is recorded as suc
 from __future__ import annotations
 
 import logging
-import zlib
-from collections.abc import Callable
-from typing import Protocol
 
+from ssetape.decoders import Decoder, decoder
+from ssetape.records import EventSink
 from ssetape.sse import SseEvent, SseParser
-from ssetape.storage.batch import ChunkRow, EventRow
 
 log = logging.getLogger("ssetape.recording.capture")
 
@@ -20,31 +18,6 @@ log = logging.getLogger("ssetape.recording.capture")
 # A blank line ends an SSE event, whichever line ends the server uses.
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 _LONGEST_END = 4
-
-
-class EventSink(Protocol):
-    def add_events(self, uid: str, rows: list[EventRow]) -> None: ...
-    def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None: ...
-
-
-def _decoder(encoding: str) -> Callable[[bytes], bytes] | None:
-    """An incremental decoder for a Content-Encoding, None for identity."""
-    enc = encoding.strip().lower()
-    if enc in ("", "identity"):
-        return None
-    if enc in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress
-    if enc == "deflate":
-        return zlib.decompressobj().decompress
-    if enc == "br":
-        import brotli
-
-        return brotli.Decompressor().process  # type: ignore[no-any-return]
-    if enc == "zstd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj().decompress
-    raise ValueError(f"unsupported content-encoding {encoding!r}")
 
 
 class Capture:
@@ -65,10 +38,10 @@ class Capture:
         self.missing = 0  # bytes that never reached this capture (see gap)
         self._skipping = False  # after a gap: until the next event starts
         self._carry = b""  # while skipping: the last bytes before the next chunk
+        self._decoder: Decoder | None = None
         try:
-            self._decode = _decoder(encoding)
+            self._decoder = decoder(encoding)
         except ValueError as e:
-            self._decode = None
             self.fail(str(e))
 
     def feed(self, data: bytes, offset: int) -> None:
@@ -86,7 +59,7 @@ class Capture:
         self.missing += size
         if self.error is not None:
             return
-        if self._decode is not None:
+        if self._decoder is not None:
             self.fail(f"{size} bytes of a compressed stream not recorded")
         elif self._parser is not None:
             self._parser = SseParser()
@@ -97,10 +70,10 @@ class Capture:
             data = self._resync(data)
             if not data:
                 return
-        if self._decode is not None:
+        if self._decoder is not None:
             self._sink.add_chunks(self.uid, [(self._chunk_seq, offset, data)])
             self._chunk_seq += 1
-            data = self._decode(data)
+            data = self._decoder.decompress(data)
             if not data:
                 return
         if self._parser is None:

@@ -1,26 +1,13 @@
 """The recording process: parses, analyses and stores what the proxy relays.
 
-The proxy's :class:`~ssetape.recording.link.RecordLink` starts ``python -m ssetape.recording.worker``
-and writes batches of messages to its stdin. This process owns the SSE parsing (``Capture``),
-the ``Writer`` thread, the stream analysis (``Indexer``) and the run row (``RunReporter``), so
-none of that competes with the proxy's event loop for its interpreter lock. It reports, as
-JSON lines on stdout, that it is ready (its store open), its log records, its counts twice a
-second and, at the end, its final counts.
-
-Messages (tuples; ``uid`` names one exchange):
-
-- ``("cfg", {"db", "max_pending", "active"})``: always first
-- ``("b", uid, fields)``: request arrived; ``("u", uid, fields)``: response headers
-- ``("s", uid, sse, encoding)``: a streamed body begins
-- ``("c", uid, offset_us, data)``: one relayed chunk, stamped by the proxy
-- ``("g", uid, nbytes, tail)``: chunks the proxy did not pass on (this process fell
-  behind); ``tail``: their last bytes
-- ``("f", uid, offset_us, fields)``: the exchange ended
-- ``("n", {"exchanges_lost", "events_lost"})``: the proxy's own losses so far
-- ``("close",)``
-
-If stdin ends without ``close``, the proxy is gone (killed): everything it sent is still
-stored, and the exchanges it had in flight are marked interrupted.
+The proxy's :class:`~ssetape.recording.link.RecordLink` starts
+``python -m ssetape.recording.worker`` and writes batches of messages to its stdin
+(:mod:`ssetape.recording.protocol` defines them and the reports this process sends back).
+This process owns the SSE parsing (``Capture``), the ``Writer`` thread, the stream analysis
+(``LiveAnalysis``, saved by ``Knowledge``) and the run row (``RunReporter``), so none of that
+competes with the proxy's event loop for its interpreter lock. It reports, as JSON lines on
+stdout, that it is ready (its store open), its log records, its counts twice a second and,
+at the end, its final counts.
 """
 
 from __future__ import annotations
@@ -30,24 +17,38 @@ import dataclasses
 import gc
 import logging
 import os
-import pickle
 import signal
-import socket
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO, Any
 
-import orjson
-
-from ssetape.analysis.knowledge import Indexer
+from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.live_analysis import LiveAnalysis
+from ssetape.recorder_id import RecorderId
 from ssetape.recording.capture import Capture
-from ssetape.recording.link import HEADER
+from ssetape.recording.protocol import (
+    BEGIN,
+    CHUNK,
+    CLOSE,
+    CONFIG,
+    FINISH,
+    GAP,
+    LOSSES,
+    STREAM,
+    UPDATE,
+    Counts,
+    FinalCounts,
+    Message,
+    Report,
+    WorkerConfig,
+    encode_report,
+    read_frames,
+)
 from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store, one_line
 from ssetape.storage.writer import Writer
+from ssetape.vocabulary import ExchangeState
 
 log = logging.getLogger("ssetape.recorder")
 
@@ -61,16 +62,16 @@ NICE = 10
 GC_THRESHOLD = (50_000, 20, 20)
 
 
-class _Channel:
+class Channel:
     """The JSON lines this process reports to the proxy on; any thread may send."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self._lock = threading.Lock()
 
-    def send(self, report: dict[str, Any]) -> bool:
+    def send(self, kind: Report, value: object) -> bool:
         """False when the proxy is gone (its end of the pipe with it)."""
-        line = orjson.dumps(report) + b"\n"
+        line = encode_report(kind, value)
         try:
             with self._lock:
                 self._out.write(line)
@@ -83,48 +84,47 @@ class _Channel:
 class _Forward(logging.Handler):
     """Log records go to the proxy, which logs them as its own."""
 
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, channel: Channel) -> None:
         super().__init__(logging.INFO)
         self._channel = channel
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):  # nobody to tell: logging must never raise
-            self._channel.send({"log": [record.name, record.levelno, record.getMessage()]})
-
-
-def frames(inp: IO[bytes]) -> Iterator[list[tuple[Any, ...]]]:
-    """Message batches from the proxy until its end of the pipe closes."""
-    while True:
-        head = inp.read(HEADER.size)
-        if len(head) < HEADER.size:
-            return
-        (size,) = HEADER.unpack(head)
-        payload = inp.read(size)
-        if len(payload) < size:
-            return
-        yield pickle.loads(payload)
+            self._channel.send(Report.LOG, [record.name, record.levelno, record.getMessage()])
 
 
 class RecordWorker:
-    def __init__(self, cfg: dict[str, Any]) -> None:
-        self.recorder_id = f"{socket.gethostname()}:{os.getpid()}:{int(time.time())}"
+    def __init__(self, cfg: WorkerConfig) -> None:
+        self.recorder_id = str(RecorderId.current())
         # The proxy opened (and migrated) it already.
-        self.store = Store.open(cfg["db"], create=False, migrate=False)
-        # Each stream is analysed as it is captured; the indexer stores the result when the
+        self.store = Store.open(cfg.db, create=False, migrate=False)
+        # Each stream is analysed as it is captured; its knowledge is saved when the
         # exchange's finish is committed (in the writer's thread).
-        self.indexer = Indexer(self.store, lambda uid: self.live.take(uid))
-        self.writer = Writer(self.store, on_finished=self.finished, max_pending=cfg["max_pending"])
+        self.knowledge = Knowledge(self.store, lambda uid: self.live.take(uid))
+        self.writer = Writer(self.store, on_finished=self.finished, max_pending=cfg.max_pending)
         self.live = LiveAnalysis(self.writer)
-        self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.counts)
-        self.active = bool(cfg["active"])
+        self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.run_counts)
+        self.active = cfg.active
         self.captures: dict[str, Capture] = {}
         self.open: set[str] = set()  # begun here, not finished
         self.capture_failures = 0
         self.exchanges_finished = 0  # whose finish is committed
         self.stray_events = 0  # for exchanges this process never saw begin
-        self.proxy_lost = {"exchanges_lost": 0, "events_lost": 0}
+        self.proxy_lost_exchanges = self.proxy_lost_events = 0
         self.closed = False
+        self.unknown: set[str] = set()  # message kinds logged already
         self.on_stored: Callable[[list[str]], object] = lambda uids: None
+        self._handlers: dict[str, Callable[[Any], None]] = {
+            CHUNK: self._chunk,
+            BEGIN: self._begin,
+            UPDATE: self._update,
+            STREAM: self._stream,
+            GAP: self._gap,
+            FINISH: self._finish,
+            LOSSES: self._losses,
+            CLOSE: self._close,
+            CONFIG: self._config,
+        }
 
     def start(self) -> None:
         self.writer.start()
@@ -132,72 +132,101 @@ class RecordWorker:
         # run row appears with the first recorded exchange.
         self.reporter.start(active=self.active)
 
-    def counts(self) -> RunCounts:  # called in the reporter's thread
+    def run_counts(self) -> RunCounts:  # called in the reporter's thread
         st = self.writer.stats
         return RunCounts(
             exchanges_recorded=st.exchanges,
             events_recorded=st.events,
-            exchanges_lost=self.proxy_lost["exchanges_lost"] + st.dropped_exchanges,
-            events_lost=self.proxy_lost["events_lost"] + st.dropped_events + self.stray_events,
+            exchanges_lost=self.proxy_lost_exchanges + st.dropped_exchanges,
+            events_lost=self.proxy_lost_events + st.dropped_events + self.stray_events,
             store_errors=st.failed_batches,
             last_error=st.last_error,
         )
 
-    def handle_batch(self, batch: list[tuple[Any, ...]]) -> None:
+    def counts(self) -> Counts:
+        """All its counters, for the proxy."""
+        return Counts(
+            **dataclasses.asdict(self.run_counts()),
+            capture_failures=self.capture_failures,
+            exchanges_finished=self.exchanges_finished,
+        )
+
+    def handle_batch(self, batch: list[Message]) -> None:
         """One batch from the proxy; its event rows go to the writer together."""
+        handlers = self._handlers
         for msg in batch:
+            handler = handlers.get(msg[0])
+            if handler is None:
+                self._unknown(str(msg[0]))
+                continue
             try:
-                self.handle(msg)
+                handler(msg)
             except Exception as e:  # one bad message must not end the recording
                 log.error("ssetape: recording error (%s): %s", msg[0], one_line(e))
         self.live.flush()
         self.writer.hurry()
 
-    def handle(self, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "c":
-            capture = self.captures.get(msg[1])
-            if capture is None:
-                self.stray_events += msg[3].count(b"\n\n") or 1
-            else:
-                capture.feed(msg[3], msg[2])
-        elif kind == "b":
-            self.open.add(msg[1])
-            self.live.begin(msg[1], msg[2])
-            self.writer.begin(msg[1], recorder=self.recorder_id, **msg[2])
-            self.reporter.activate()
-        elif kind == "n":  # increments
-            for key, n in msg[1].items():
-                self.proxy_lost[key] += n
-        elif kind == "close":
-            self.closed = True
-        elif msg[1] not in self.open:
-            return  # begun in a recording process that died: its row is the sweep's
-        elif kind == "u":
-            self.live.update(msg[1], msg[2])
-            self.writer.update(msg[1], **msg[2])
-        elif kind == "s":
-            self.captures[msg[1]] = Capture(msg[1], self.live, sse=msg[2], encoding=msg[3])
-        elif kind == "g":
-            capture = self.captures.get(msg[1])
-            if capture is not None:
-                capture.gap(msg[2], msg[3])
-        elif kind == "f":
-            self.finish(msg[1], msg[2], msg[3])
+    def _unknown(self, kind: str) -> None:
+        if kind not in self.unknown:
+            self.unknown.add(kind)
+            log.error(
+                "ssetape: the proxy sent a message of unknown kind %r (mismatched ssetape "
+                "versions?); such messages are not recorded",
+                kind[:40],
+            )
+
+    # One method per message kind (see ssetape.recording.protocol).
+
+    def _chunk(self, msg: tuple[str, str, int, bytes]) -> None:
+        capture = self.captures.get(msg[1])
+        if capture is None:
+            self.stray_events += msg[3].count(b"\n\n") or 1
+        else:
+            capture.feed(msg[3], msg[2])
+
+    def _begin(self, msg: tuple[str, str, dict[str, Any]]) -> None:
+        _, uid, fields = msg
+        self.open.add(uid)
+        self.live.begin(uid, fields)
+        self.writer.begin(uid, recorder=self.recorder_id, **fields)
+        self.reporter.activate()
+
+    def _update(self, msg: tuple[str, str, dict[str, Any]]) -> None:
+        _, uid, fields = msg
+        if uid in self.open:  # else begun in a recording process that died: the sweep's
+            self.live.update(uid, fields)
+            self.writer.update(uid, **fields)
+
+    def _stream(self, msg: tuple[str, str, bool, str]) -> None:
+        _, uid, sse, encoding = msg
+        if uid in self.open:
+            self.captures[uid] = Capture(uid, self.live, sse=sse, encoding=encoding)
+
+    def _gap(self, msg: tuple[str, str, int, bytes]) -> None:
+        capture = self.captures.get(msg[1])
+        if capture is not None:
+            capture.gap(msg[2], msg[3])
+
+    def _finish(self, msg: tuple[str, str, int, dict[str, Any]]) -> None:
+        _, uid, offset, fields = msg
+        if uid in self.open:
+            self.finish(uid, offset, fields)
+
+    def _losses(self, msg: tuple[str, int, int]) -> None:
+        self.proxy_lost_exchanges += msg[1]
+        self.proxy_lost_events += msg[2]
+
+    def _close(self, msg: tuple[str]) -> None:
+        self.closed = True
+
+    def _config(self, msg: tuple[str, WorkerConfig]) -> None:
+        log.error("ssetape: the proxy configured the recording process twice; ignored")
 
     def finished(self, done: list[tuple[int, str]]) -> None:
         """The writer committed these exchanges' finish (called in its thread)."""
         self.exchanges_finished += len(done)
         self.on_stored([uid for _, uid in done])
-        self.indexer.index_finished(done)
-
-    def report(self) -> dict[str, Any]:
-        """All its counters, for the proxy."""
-        return {
-            **dataclasses.asdict(self.counts()),
-            "capture_failures": self.capture_failures,
-            "exchanges_finished": self.exchanges_finished,
-        }
+        self.knowledge.save_live(done)
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         self.open.discard(uid)
@@ -213,7 +242,7 @@ class RecordWorker:
         self.live.finish(uid, fields)
         self.writer.finish(uid, **fields)
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> FinalCounts:
         """Store what is left; the final counts for the proxy's exit line."""
         if not self.closed and self.open:
             log.warning(
@@ -224,13 +253,13 @@ class RecordWorker:
         for uid in list(self.open):
             capture = self.captures.get(uid)
             end = capture.offset if capture is not None else 0
-            self.finish(uid, end, {"state": "interrupted", "error": PROXY_GONE})
+            self.finish(uid, end, {"state": ExchangeState.INTERRUPTED, "error": PROXY_GONE})
         self.live.flush()
         self.writer.close()
         # After the writer: the final counts include what it gave up on.
         saved = self.reporter.stop() or not self.reporter.active
-        final = self.report()
-        final.update(
+        final = FinalCounts(
+            **dataclasses.asdict(self.counts()),
             saved=saved,
             active=self.reporter.active,
             last_failure=self.reporter.last_failure,
@@ -247,10 +276,10 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-def report(worker: RecordWorker, channel: _Channel, stop: threading.Event) -> None:
+def report(worker: RecordWorker, channel: Channel, stop: threading.Event) -> None:
     """What is stored so far, twice a second: if this process dies, the proxy still knows."""
     while not stop.wait(REPORT_EVERY):
-        if not channel.send({"counts": worker.report()}):
+        if not channel.send(Report.COUNTS, worker.counts()):
             return
 
 
@@ -260,22 +289,23 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The channel to the proxy is a private copy of stdout; stray prints go to stderr.
-    channel = _Channel(os.fdopen(os.dup(1), "wb"))
+    channel = Channel(os.fdopen(os.dup(1), "wb"))
     os.dup2(2, 1)
     root = logging.getLogger()
     root.handlers[:] = [_Forward(channel)]
     root.setLevel(logging.INFO)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     inp = os.fdopen(0, "rb", buffering=1 << 20)
-    batches = frames(inp)
+    batches = read_frames(inp)
     first = next(batches, None)
-    if not first or first[0][0] != "cfg":
+    if not first or first[0][0] != CONFIG:
+        log.error("ssetape: the recording process was not configured first; exiting")
         return 2
     try:
         worker = RecordWorker(first[0][1])
         # Which exchanges' ends are stored: those it was sent and never confirms are lost
         # if it dies.
-        worker.on_stored = lambda uids: channel.send({"done": uids})
+        worker.on_stored = lambda uids: channel.send(Report.DONE, uids)
         worker.start()
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))
@@ -285,7 +315,7 @@ def main() -> int:
     # starting it (the store opened) is what the proxy's start waits for.
     os.nice(NICE)
     tune_gc()
-    channel.send({"ready": True})
+    channel.send(Report.READY, True)
     reporting = threading.Event()
     threading.Thread(target=report, args=(worker, channel, reporting), daemon=True).start()
     for batch in batches:
@@ -294,7 +324,7 @@ def main() -> int:
             break
     final = worker.stop()
     reporting.set()
-    channel.send({"final": final})  # if the proxy is gone, the run row holds the same counts
+    channel.send(Report.FINAL, final)  # if the proxy is gone, the run row holds the same counts
     return 0
 
 

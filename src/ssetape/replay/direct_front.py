@@ -4,9 +4,9 @@ nothing will be forwarded (record mode `none`, or `once` with a tape).
 Every chunk that mitmproxy relays costs its event loop tens of microseconds, so with a few
 hundred timed streams a proxy in the path is what makes events late. When the client talks
 plain HTTP to ssetape (reverse mode) and no request may go upstream, this server matches and
-plays recordings itself: same matching, same miss answer, same timing code as the timed
-server behind the replayer addon. Forward mode, HTTPS interception and the record modes
-that forward keep using mitmproxy.
+plays recordings itself: the same matching (:class:`~ssetape.replay.request_index.RequestIndex`),
+the same miss answer and the same player as the timed server behind the replayer addon.
+Forward mode, HTTPS interception and the record modes that forward keep using mitmproxy.
 """
 
 from __future__ import annotations
@@ -18,23 +18,35 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from ssetape.replay.request_index import INLINE_BODY, ReplayIndex
-from ssetape.replay.timed_server import TimedServer, error_response
+from ssetape.redactor import check_paths
+from ssetape.replay.http_server import HttpServer, error_response
+from ssetape.replay.player import Player
+from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.store import Store
+from ssetape.vocabulary import INLINE_BODY, Header
 
-log = logging.getLogger("ssetape.replay.direct_front")
-PRELOAD = 256  # recordings loaded at start (the timed server's cache size)
+__all__ = ["PRELOAD", "DirectFront", "run_front"]
+
+log = logging.getLogger("ssetape.replay")
+PRELOAD = 256  # recordings loaded at start (the player's cache size)
 
 
-class ReplayFront(TimedServer):
-    def __init__(self, store: Store, index: ReplayIndex, upstream: str, speed: float) -> None:
-        super().__init__(store, token="")
+class DirectFront:
+    def __init__(self, store: Store, index: RequestIndex, upstream: str, speed: float) -> None:
+        self.player = Player(store)
+        self.http = HttpServer(self.respond)
         self.index = index
         # Recordings made in reverse mode carry the upstream's host, not the Host header.
         self.host = urlsplit(upstream).hostname or ""
         self.speed = speed
         self.hits = 0
         self.misses = 0
+
+    def preload(self) -> None:
+        """Load the newest recordings before listening: the first burst then pays nothing."""
+        self.index.refresh()
+        for xid in self.index.recording_ids()[-PRELOAD:]:
+            self.player.load(xid)
 
     def origin(self, headers: dict[bytes, bytes], t0: float) -> tuple[str, float]:
         """The host to match on and offset zero of the request."""
@@ -74,25 +86,26 @@ class ReplayFront(TimedServer):
         assert found is not None
         if isinstance(found, int):
             self.hits += 1
-            return await self.play_recording(writer, request_line[0], found, t0, self.speed)
+            return await self.player.play_recording(writer, request_line[0], found, t0, self.speed)
         self.misses += 1
         log.warning("ssetape: %s", found.message)
-        error_response(writer, 404, found.body(), "application/json", b"x-ssetape-miss: 1\r\n")
+        miss = f"{Header.MISS}: 1\r\n".encode()
+        error_response(writer, 404, found.body(), "application/json", miss)
         return True
 
     async def serve(self, host: str, port: int, on_ready: Callable[[str, int], None]) -> None:
-        # A burst of a few hundred clients must not overflow the default backlog (100).
-        server = await asyncio.start_server(self.handle, host, port, backlog=4096)
+        await self.http.start(host, port)
+        assert self.http.server is not None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        addr = server.sockets[0].getsockname()
+        addr = self.http.server.sockets[0].getsockname()
         on_ready(addr[0], addr[1])
         try:
             await stop.wait()
         finally:
-            server.close()
+            await self.http.stop()
             if self.hits or self.misses:
                 log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
 
@@ -111,20 +124,16 @@ def run_front(
     redact_fields: list[str],
     on_ready: Callable[[str, int], None],
 ) -> None:
-    """Open the store and serve until SIGINT/SIGTERM (raises StoreError, OptionsError)."""
-    from ssetape.addons.options import check_paths, redactor_for
-
+    """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
     check_paths("--ignore-field", ignore)
+    check_paths("--redact-field", redact_fields)
     store = Store.open(db, create=False)
     try:
-        redactor = redactor_for(store, redact_headers, redact_fields)
-        index = ReplayIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
-        front = ReplayFront(store, index, upstream, speed)
-        # Load the tape before listening: the first burst of requests then pays nothing.
-        index.refresh()
-        for xid in index.recording_ids()[-PRELOAD:]:
-            front.load(xid)
+        redactor = store.redactor(redact_headers, redact_fields)
+        index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
+        front = DirectFront(store, index, upstream, speed)
+        front.preload()
         asyncio.run(front.serve(host, port, on_ready))
     finally:
         store.close()

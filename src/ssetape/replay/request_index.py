@@ -1,7 +1,9 @@
-"""Which recording answers a request: the replayer's in-memory index of the store.
+"""Which recording answers a request: every replay server's in-memory index of the store.
 
 Built from the stored (already redacted) requests; incoming requests are redacted with the
-store's key the same way before they are compared, so a masked field still matches.
+store's key the same way before they are compared, so a masked field still matches (masks
+compare key-free: see ``redactor.unmask``). A request with no recording gets a
+:class:`Miss` naming the nearest recordings and how they differ.
 """
 
 from __future__ import annotations
@@ -18,13 +20,21 @@ from ssetape.matching import canonical_request, differences, fingerprint
 from ssetape.redactor import Redactor, unmask
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
+from ssetape.vocabulary import ExchangeState
 
-REPLAYABLE_STATES = ("completed", "truncated", "aborted", "interrupted")
+__all__ = ["CLI_HINT", "Miss", "RequestIndex"]
+
+REPLAYABLE_STATES = (
+    ExchangeState.COMPLETED,
+    ExchangeState.TRUNCATED,
+    ExchangeState.ABORTED,
+    ExchangeState.INTERRUPTED,
+)
 NEAREST = 3
-
-# Bodies up to this size are hashed on the event loop when looking up known requests;
-# bigger ones (and lookups that need the database) go to a worker thread.
-INLINE_BODY = 64 * 1024
+# What a miss's message tells the user to do, in the words of the command they ran.
+CLI_HINT = (
+    "Record it with --record-mode new_episodes, or ignore volatile fields with --ignore-field."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +62,7 @@ class _Entry:
     canonical: dict[str, Any]
 
 
-class ReplayIndex:
+class RequestIndex:
     def __init__(
         self,
         store: Store,
@@ -61,7 +71,11 @@ class ReplayIndex:
         ignore: Sequence[str] = (),
         match_host: bool = True,
         repeat: bool = True,
+        hint: str = CLI_HINT,
+        keep_misses: bool = False,
     ) -> None:
+        """``hint``: the advice a miss ends with; ``keep_misses``: remember every miss in
+        :attr:`misses` (for a test's report)."""
         self.store = store
         self.redactor = redactor
         self.ignore = tuple(ignore)
@@ -75,6 +89,9 @@ class ReplayIndex:
         # recording (a slow stream begun before a fast one that finished).
         self._floor = 0
         self._lock = threading.Lock()
+        self.hint = hint
+        self.keep_misses = keep_misses
+        self.misses: list[Miss] = []
 
     def _canonical(
         self, method: str, host: str, path: str, query: str, body: bytes | None
@@ -105,7 +122,7 @@ class ReplayIndex:
             ).all()
         floor = None
         for xid, state, status, error, method, scheme, host, path, query, body in rows:
-            if state == "recording":
+            if state == ExchangeState.RECORDING:
                 floor = xid - 1 if floor is None else floor
                 continue
             if xid in self._indexed:
@@ -158,12 +175,18 @@ class ReplayIndex:
                 if n < len(ids) or self.repeat:
                     self._served[fp] = n + 1
                     return ids[min(n, len(ids) - 1)]
-                return Miss(
+                miss = Miss(
                     f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
                     "were all served (ssetape_repeat is off)",
                     [],
                 )
-            return self._miss(method, host, path, canon)
+                if self.keep_misses:
+                    self.misses.append(miss)
+                return miss
+            miss = self._miss(method, host, path, canon)
+            if self.keep_misses:
+                self.misses.append(miss)
+            return miss
 
     def _miss(self, method: str, host: str, path: str, canon: dict[str, Any]) -> Miss:
         scored = []
@@ -186,6 +209,4 @@ class ReplayIndex:
             msg += f"; nearest is #{best.id} {best.url}, which differs in {what}"
         else:
             msg += "; the tape is empty"
-        msg += ". Record it with --record-mode new_episodes, or ignore volatile fields with "
-        msg += "--ignore-field."
-        return Miss(msg, nearest)
+        return Miss(f"{msg}. {self.hint}", nearest)

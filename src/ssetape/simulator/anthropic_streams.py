@@ -22,11 +22,10 @@ from ssetape.simulator.scenario import (
     error_response,
     json_plan,
     pieces,
-    stream_plan,
     tool_arguments,
     word_tokens,
 )
-from ssetape.simulator.script import Script, sse
+from ssetape.simulator.script import Script, sse, stream_plan
 
 OVERLOADED = {"type": "overloaded_error", "message": "Overloaded"}
 # fmt: off

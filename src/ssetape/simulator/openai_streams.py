@@ -22,11 +22,10 @@ from ssetape.simulator.scenario import (
     error_response,
     json_plan,
     pieces,
-    stream_plan,
     tool_arguments,
     word_tokens,
 )
-from ssetape.simulator.script import Script, comment, sse
+from ssetape.simulator.script import Script, comment, sse, stream_plan
 
 REFUSAL = "I'm sorry, but I can't help with that."
 FAILURE = "The upstream model failed while generating the response."

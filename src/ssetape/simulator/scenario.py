@@ -53,15 +53,11 @@ import gzip as gzip_module
 import hashlib
 import random
 import re
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import orjson
-
-if TYPE_CHECKING:
-    from ssetape.simulator.script import Script
 
 Api: TypeAlias = Literal["chat", "responses", "messages", "images"]
 Split: TypeAlias = Literal["line", "utf8"]
@@ -82,10 +78,6 @@ _WORDS = (
     "bright", "signal", "fast", "model", "answers",
 )
 _NON_ASCII = ("café", "naïve", "déjà", "Zürich", "façade", "crème", "🚀", "✨", "日本", "señor")
-_ROUTES: tuple[tuple[str, Api], ...] = (
-    ("/chat/completions", "chat"), ("/responses", "responses"), ("/messages", "messages"),
-    ("/images/generations", "images"), ("/images", "images"),
-)
 # fmt: on
 _FAILURES: tuple[Failure, ...] = ("cut", "unresolved", "failed", "error")
 
@@ -275,28 +267,13 @@ def tool_arguments(schema: Any, prompt: str) -> dict[str, Any]:
     return args
 
 
-def _headers(sc: Scenario | None, content_type: str) -> list[tuple[str, str]]:
+def plan_headers(sc: Scenario | None, content_type: str) -> list[tuple[str, str]]:
     headers = [("content-type", content_type)]
     if sc is not None:
         headers.append(("request-id" if sc.api == "messages" else "x-request-id", sc.ident("req_")))
         if sc.gzip:
             headers.append(("content-encoding", "gzip"))
     return headers
-
-
-def stream_plan(sc: Scenario, s: Script, speed: float) -> Plan:
-    chunks = s.chunks(speed)
-    if sc.gzip:
-        # One sync flush per write so that every chunk decompresses as soon as it arrives.
-        comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-        chunks = [
-            PlannedChunk(c.at, comp.compress(c.data) + comp.flush(zlib.Z_SYNC_FLUSH))
-            for c in chunks
-        ]
-        if not s.cut and chunks:
-            chunks[-1] = PlannedChunk(chunks[-1].at, chunks[-1].data + comp.flush())
-    headers = [*_headers(sc, "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
-    return Plan(200, headers, chunks, s.cut, True)
 
 
 def json_plan(
@@ -311,7 +288,7 @@ def json_plan(
     data = orjson.dumps(obj)
     if sc is not None and sc.gzip:
         data = gzip_module.compress(data, mtime=0)
-    headers = [*_headers(sc, "application/json"), *extra, ("content-length", str(len(data)))]
+    headers = [*plan_headers(sc, "application/json"), *extra, ("content-length", str(len(data)))]
     cut = sc is not None and sc.has("cut") and status < 400
     after += PAUSE if sc is not None and sc.has("pause") else 0.0
     chunk = PlannedChunk(after / speed, data[: len(data) // 2] if cut else data)
@@ -324,43 +301,3 @@ def error_response(sc: Scenario | None, status: int, body: Any, speed: float) ->
     if status in (429, 503, 529):
         extra = [("retry-after", "1"), ("retry-after-ms", str(round(1000 / speed)))]
     return json_plan(sc, body, speed, TTFB / 4, status, extra)
-
-
-def route(path: str) -> Api | None:
-    """Which API a path belongs to, by suffix (the query string is ignored)."""
-    path = path.split("?", 1)[0].rstrip("/")
-    return next((api for suffix, api in _ROUTES if path.endswith(suffix)), None)
-
-
-def plan(
-    method: str, path: str, headers: Mapping[str, str], body: bytes, *, speed: float = 1.0
-) -> Plan:
-    """What to send for one request: status, headers and the timed chunks (deterministic).
-
-    ``headers`` have lower-case names; ``speed`` divides every delay."""
-    if not speed > 0:
-        raise ValueError(f"speed must be positive, got {speed!r}")
-    # Imported here because the builders import this module's helpers.
-    from ssetape.simulator import anthropic_streams as scenario_anthropic
-    from ssetape.simulator import openai_streams as scenario_openai
-
-    api = route(path)
-    if api is None:
-        message = f"Unknown request URL: {method} {path}. Please check the URL."
-        return scenario_openai.error(None, 404, message, speed, code="unknown_url")
-    error = scenario_anthropic.error if api == "messages" else scenario_openai.error
-    if method.upper() != "POST":
-        return error(None, 405, f"Method {method} is not allowed on {path}.", speed)
-    try:
-        sc = parse_request(api, headers, body)
-    except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
-        return error(None, 400, f"Could not parse the JSON body: {exc}", speed)
-    if sc.status_error is not None:
-        return error(sc, sc.status_error, f"Simulated HTTP {sc.status_error} ({sc.model}).", speed)
-    builders = {
-        "chat": scenario_openai.chat,
-        "responses": scenario_openai.responses,
-        "images": scenario_openai.images,
-        "messages": scenario_anthropic.messages,
-    }
-    return builders[api](sc, speed)

@@ -1,6 +1,6 @@
 """How a simulated stream is written: events, comments and chunk boundaries, with times.
 
-The API modules (scenario_openai, scenario_anthropic) describe what a stream says; a Script
+The API modules (openai_streams, anthropic_streams) describe what a stream says; a Script
 records when each piece is written and where a write is split, so every scenario gets the
 same chunk-boundary variety (a split mid-line, one inside a UTF-8 character, events glued).
 """
@@ -8,6 +8,7 @@ same chunk-boundary variety (a split mid-line, one inside a UTF-8 character, eve
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,11 @@ from ssetape.simulator.scenario import (
     PAUSE,
     SPLIT_GAP,
     TOKEN_GAP,
+    Plan,
     PlannedChunk,
     Scenario,
     Split,
+    plan_headers,
 )
 
 
@@ -126,3 +129,18 @@ class Script:
 
     def chunks(self, speed: float) -> list[PlannedChunk]:
         return [PlannedChunk(w.t / speed, w.data) for w in self._writes if w.data]
+
+
+def stream_plan(sc: Scenario, s: Script, speed: float) -> Plan:
+    chunks = s.chunks(speed)
+    if sc.gzip:
+        # One sync flush per write so that every chunk decompresses as soon as it arrives.
+        comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+        chunks = [
+            PlannedChunk(c.at, comp.compress(c.data) + comp.flush(zlib.Z_SYNC_FLUSH))
+            for c in chunks
+        ]
+        if not s.cut and chunks:
+            chunks[-1] = PlannedChunk(chunks[-1].at, chunks[-1].data + comp.flush())
+    headers = [*plan_headers(sc, "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
+    return Plan(200, headers, chunks, s.cut, True)

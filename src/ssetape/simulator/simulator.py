@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 import h11
 import orjson
 
-from ssetape.simulator.scenario import Plan, plan
+from ssetape.simulator.routes import plan
+from ssetape.simulator.scenario import Plan
 
 _MAX_BODY = 64 * 1024 * 1024
 _ANY_ADDRESS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}

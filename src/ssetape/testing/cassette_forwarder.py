@@ -20,7 +20,7 @@ import time
 from mitmproxy import http
 
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
-from ssetape.testing.cassette_front import H_HOST, H_T0
+from ssetape.vocabulary import Header
 
 
 class CassetteForwarder:
@@ -29,8 +29,8 @@ class CassetteForwarder:
 
     def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
-        req.headers[H_HOST.decode()] = req.host
-        req.headers[H_T0.decode()] = repr(req.timestamp_end or time.time())
+        req.headers[Header.HOST] = req.host
+        req.headers[Header.T0] = repr(req.timestamp_end or time.time())
         req.scheme, req.host, req.port = "http", "127.0.0.1", self.target_port
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ssetape.vocabulary import RecordMode
+
 # Imported when a test uses the fixture: every pytest run in an environment with ssetape
 # installed loads this module, and most of them never need SQLAlchemy.
 if TYPE_CHECKING:
     from ssetape.testing.tape_session import TapeSession
 
-RECORD_MODES = ("none", "once", "new_episodes", "all")
 _SESSION = pytest.StashKey["TapeSession"]()
 _RUN_ID = pytest.StashKey[str]()
 _MARKER_OPTIONS = (
@@ -53,8 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ssetape", "ssetape cassettes (recorded LLM API streams)")
     group.addoption(
         "--ssetape-record-mode",
-        choices=RECORD_MODES,
-        default="none",
+        choices=RecordMode.names(),
+        default=RecordMode.NONE.value,
         help="none (default): replay only, a request not on the cassette fails the test; "
         "once: record cassettes that do not exist yet; new_episodes: record what is missing; "
         "all: re-record everything.",

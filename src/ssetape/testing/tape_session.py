@@ -32,14 +32,18 @@ from urllib.parse import urlsplit
 
 from ssetape.cassettes.cassette import Cassette
 from ssetape.redactor import Redactor
-from ssetape.replay.direct_front import PRELOAD
+from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.store import Store
 from ssetape.testing.cassette_front import CassetteFront
-from ssetape.testing.cassette_index import CassetteIndex
 from ssetape.testing.child_proxy import SSETAPE, ChildProxy, ChildProxyError
 from ssetape.testing.loop_thread import LoopThread
+from ssetape.vocabulary import RecordMode
 
-RECORD_MODES = ("none", "once", "new_episodes", "all")
+# What a miss tells the test's author to do, in pytest's words.
+PYTEST_HINT = (
+    "Record it with --ssetape-record-mode=new_episodes, or leave volatile fields out of "
+    "matching with @pytest.mark.ssetape(ignore_fields=[...])."
+)
 _FORWARD = ""  # the key of the forward proxy among the per-upstream ones
 _NEAREST = re.compile(r"#(\d+) ")
 
@@ -75,7 +79,7 @@ class TapeSession:
         cassette: Path,
         *,
         confdir: Path,
-        record_mode: str = "none",
+        record_mode: str = RecordMode.NONE,
         speed: float = 0.0,
         ignore_fields: Sequence[str] = (),
         match_host: bool = True,
@@ -85,12 +89,11 @@ class TapeSession:
         run_id: str = "",
         lock_dir: Path | None = None,
     ) -> None:
-        if record_mode not in RECORD_MODES:
-            raise ValueError(f"record_mode {record_mode!r} is not one of {', '.join(RECORD_MODES)}")
+        mode = RecordMode.parse(record_mode, "record_mode")
         if not speed >= 0:
             raise ValueError(f"speed {speed!r}: use 0 (instant), 1 (recorded timing) or more")
         self.cassette = cassette
-        self.record_mode = record_mode
+        self.record_mode = mode
         self.speed = speed
         self.ignore_fields = tuple(ignore_fields)
         self.match_host = match_host
@@ -101,11 +104,11 @@ class TapeSession:
         self.run_id = run_id
         self.lock_dir = lock_dir or default_lock_dir()
         #: True when this test replays the cassette; False when it records.
-        self.replaying = record_mode == "none" or (record_mode == "once" and cassette.exists())
+        self.replaying = mode.replays(tape_empty=not cassette.exists())
         self._tmp: Path | None = None
         self._store: Store | None = None
-        self._index: CassetteIndex | None = None
-        self._fronts: dict[str, CassetteFront] = {}
+        self._index: RequestIndex | None = None
+        self._fronts: dict[str, tuple[CassetteFront, int]] = {}  # origin -> (server, port)
         self._children: dict[str, ChildProxy] = {}
         self._lines: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -131,7 +134,7 @@ class TapeSession:
         os.chmod(db, 0o600)
         self._store = store = Store.open(str(db), create=False)
         fields = list(self.redact_fields)
-        if (self.replaying or self.record_mode == "new_episodes") and self.cassette.exists():
+        if (self.replaying or self.record_mode.forwards_misses) and self.cassette.exists():
             report = Cassette(self.cassette).import_into(store)
             self._lines = report.lines
             fields += report.redact_fields
@@ -141,8 +144,13 @@ class TapeSession:
         if self.replaying:
             # Any key will do: masks compare key-free (redactor.unmask).
             redactor = Redactor(secrets.token_bytes(32), headers=self.redact_headers, fields=fields)
-            self._index = CassetteIndex(
-                store, redactor, ignore=self.ignore_fields, match_host=self.match_host
+            self._index = RequestIndex(
+                store,
+                redactor,
+                ignore=self.ignore_fields,
+                match_host=self.match_host,
+                hint=PYTEST_HINT,
+                keep_misses=True,
             )
             self._index.refresh()
         elif self.redaction_key:
@@ -152,9 +160,9 @@ class TapeSession:
     def close(self) -> None:
         """Stop every server and proxy; when recording, write the cassette."""
         loop = LoopThread.shared() if self._fronts else None
-        for front in self._fronts.values():
+        for front, _ in self._fronts.values():
             assert loop is not None
-            loop.run(front.stop())
+            loop.run(front.http.stop())
         problems = []
         for child in self._children.values():
             rc = child.stop()
@@ -177,7 +185,7 @@ class TapeSession:
             written_this_run = bool(self.run_id) and lock.read().strip() == self.run_id
             # `all` starts the cassette afresh, except that tests of the same run sharing it
             # add up; the other modes keep what is there (union by exchange uid).
-            if (self.record_mode != "all" or written_this_run) and self.cassette.exists():
+            if (self.record_mode != RecordMode.ALL or written_this_run) and self.cassette.exists():
                 Cassette(self.cassette).import_into(store)
             Cassette(self.cassette).export(store)
             lock.seek(0)
@@ -234,26 +242,24 @@ class TapeSession:
         return base + parts.path
 
     def _front(self, origin: str) -> int:
-        front = self._fronts.get(origin)
-        if front is None:
-            assert self._store is not None and self._index is not None
-            front = CassetteFront(self._store, self._index, origin, self.speed)
-            for xid in self._index.recording_ids()[-PRELOAD:]:
-                front.load(xid)
-            LoopThread.shared().run(front.start())
-            self._fronts[origin] = front
-        assert front.server is not None
-        port: int = front.server.sockets[0].getsockname()[1]
+        known = self._fronts.get(origin)
+        if known is not None:
+            return known[1]
+        assert self._store is not None and self._index is not None
+        front = CassetteFront(self._store, self._index, origin, self.speed)
+        front.preload()
+        port = LoopThread.shared().run(front.http.start("127.0.0.1", 0))
+        self._fronts[origin] = (front, port)
         return port
 
     def _recorder(self, mode: str) -> ChildProxy:
         assert self._tmp is not None
-        if self.record_mode == "new_episodes":
+        if self.record_mode == RecordMode.NEW_EPISODES:
             args = [
                 *SSETAPE,
                 "replay",
                 "--record-mode",
-                "new_episodes",
+                RecordMode.NEW_EPISODES.value,
                 "--speed",
                 repr(self.speed),
             ]
@@ -281,7 +287,7 @@ class TapeSession:
             return []
         out = []
         for miss in list(self._index.misses):
-            msg = miss.message.split(". Record it with")[0]
+            msg = miss.message.removesuffix(f". {self._index.hint}")
             out.append(_NEAREST.sub(lambda m: f"cassette line {self._line(m)}: ", msg))
         return out
 
@@ -296,8 +302,5 @@ class TapeSession:
         if not self.cassette.exists():
             head += " (it does not exist: record it with --ssetape-record-mode=once)"
         lines = [head + ":", *(f"  - {m}" for m in dict.fromkeys(misses))]
-        lines.append(
-            "Record them with --ssetape-record-mode=new_episodes, or leave volatile fields "
-            "out of matching with @pytest.mark.ssetape(ignore_fields=[...])."
-        )
+        lines.append(PYTEST_HINT.replace("Record it", "Record them"))
         return "\n".join(lines)

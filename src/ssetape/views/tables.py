@@ -1,8 +1,8 @@
-"""How exchanges look to a user: JSON objects for scripts, rich renderables for people."""
+"""How exchanges look to people: rich tables and views for the terminal."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from rich.console import Group, RenderableType
@@ -10,113 +10,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.views.documents import origin_of, summary, url_of
+from ssetape.vocabulary import ExchangeState, Outcome
 
-if TYPE_CHECKING:
-    from ssetape.views.timeline import Timeline
-
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def origin_of(x: Exchange) -> str:
-    port = "" if DEFAULT_PORTS.get(x.scheme) == x.port else f":{x.port}"
-    return f"{x.scheme}://{x.host}{port}"
-
-
-def url_of(x: Exchange) -> str:
-    query = f"?{x.query}" if x.query else ""
-    return f"{origin_of(x)}{x.path}{query}"
-
-
-def _ms(us: int | None) -> float | None:
-    return None if us is None else round(us / 1000, 3)
-
-
-def _text(body: bytes | None) -> str | None:
-    return None if body is None else body.decode("utf-8", "replace")
-
-
-def summary(x: Exchange) -> dict[str, Any]:
-    return {
-        "id": x.id,
-        "uid": x.uid,
-        "started_at": x.started_at.isoformat(),
-        "method": x.method,
-        "url": url_of(x),
-        "status": x.status,
-        "is_stream": x.is_stream,
-        "event_count": x.event_count,
-        "state": x.state,
-        "ttfb_ms": _ms(x.ttfb_us),
-        "duration_ms": _ms(x.duration_us),
-        "error": x.error,
-        "api": x.api,
-        "model": x.model,
-        "outcome": x.outcome,
-        "reason": x.outcome_reason,
-        "usage": {
-            "input_tokens": x.input_tokens,
-            "output_tokens": x.output_tokens,
-            "total_tokens": x.total_tokens,
-        },
-        "ttft_ms": _ms(x.ttft_us),
-    }
-
-
-def knowledge(x: Exchange, findings: list[Finding]) -> dict[str, Any]:
-    """What the stream told (see ssetape.analysis.analyzer); null where not analysed or not reported."""
-    details = x.details or {}
-    return {
-        "gap_ms": {
-            "median": _ms(x.gap_median_us),
-            "p95": _ms(x.gap_p95_us),
-            "max": _ms(x.gap_max_us),
-        },
-        "tokens_per_s": x.tokens_per_s,
-        "output_text": x.output_text,
-        "refusal_text": details.get("refusal_text"),
-        "reasoning_text": details.get("reasoning_text"),
-        "tool_calls": details.get("tool_calls"),
-        "findings": [
-            {"code": f.code, "event_seq": f.event_seq, "detail": f.detail} for f in findings
-        ],
-        "analyzed": x.analysis_version is not None,
-    }
-
-
-def detail(x: Exchange, events: list[Event], findings: list[Finding]) -> dict[str, Any]:
-    body = x.response_body
-    if body is None and x.is_stream and not _encoded(x):
-        body = b"".join(e.raw for e in events)
-    return {
-        **summary(x),
-        **knowledge(x, findings),
-        "fingerprint": x.fingerprint,
-        "request": {"headers": x.request_headers, "body": _text(x.request_body)},
-        "response": {
-            "reason": x.reason,
-            "headers": x.response_headers,
-            "body": _text(body),
-        },
-        "events": [
-            {
-                "seq": e.seq,
-                "offset_us": e.offset_us,
-                "event": e.event,
-                "data": e.data,
-                "id": e.sse_id,
-                "raw": e.raw.decode("utf-8", "replace"),
-            }
-            for e in events
-        ],
-    }
-
-
-def _encoded(x: Exchange) -> bool:
-    return any(
-        k.lower() == "content-encoding" and v.lower() not in ("", "identity")
-        for k, v in (x.response_headers or [])
-    )
-
+__all__ = ["list_table", "show_view", "stats_table"]
 
 _MODEL_WIDTH = 16  # long gateway model names ("openai/gpt-4o-2024-08-06") end in "…"
 _LIST_COLUMNS = ("id", "started", "status", "model", "outcome", "events", "tokens", "ttft ms")
@@ -172,7 +69,12 @@ def list_table(rows: list[Exchange], width: int = 80) -> Table:
     return t
 
 
-_OUTCOME_STYLE = {"completed": "green", "error": "red", "http_error": "red", "cut": "red"}
+_OUTCOME_STYLE: dict[str, str] = {
+    Outcome.COMPLETED: "green",
+    Outcome.ERROR: "red",
+    Outcome.HTTP_ERROR: "red",
+    Outcome.CUT: "red",
+}
 
 
 def _ms_cell(us: int | None) -> str:
@@ -211,7 +113,7 @@ def show_view(x: Exchange, events: list[Event], findings: list[Finding]) -> Rend
         (f"#{x.id} ", "bold"),
         f"{x.method} {s['url']}  ",
         (f"{x.status or '-'} ", "bold"),
-        (x.state, "green" if x.state == "completed" else "yellow"),
+        (x.state, "green" if x.state == ExchangeState.COMPLETED else "yellow"),
         f"  ttfb {s['ttfb_ms']} ms  ttft {s['ttft_ms']} ms  duration {s['duration_ms']} ms",
     )
     parts: list[RenderableType] = [head]
@@ -260,24 +162,6 @@ def _knowledge_line(x: Exchange) -> Text:
     )
 
 
-def timeline_of(x: Exchange, events: list[Event]) -> Timeline:
-    """The picture of when each event came, for `ssetape show --timeline/--svg`."""
-    from ssetape.views.timeline import Mark, Timeline
-
-    marks = [
-        Mark(e.seq, e.offset_us, Timeline.classify(e.event, e.data, x.api), e.event or _label(e))
-        for e in events
-    ]
-    title = f"#{x.id} {x.method} {url_of(x)} {x.model or ''} {x.outcome or x.state}"
-    return Timeline(
-        marks, ttfb_us=x.ttfb_us, ttft_us=x.ttft_us, duration_us=x.duration_us, title=title
-    )
-
-
-def _label(e: Event) -> str:
-    return ":" if e.data is None else "message"
-
-
 _SAID_MAX = 2000  # characters of each text shown; `show --json` has all of it
 
 
@@ -301,3 +185,29 @@ def _said(x: Exchange) -> list[Text]:
             )
         )
     return out
+
+
+def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
+    """`ssetape stats` for people: one row per group (see Stats.groups)."""
+    t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
+    # Fits 80 columns: times in ms, tokens in/out per group.
+    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=20)
+    for col in ("n", "errors", "ttfb p50/95", "ttft p50/95", "tok in", "tok out", "tok/s"):
+        t.add_column(col, justify="right", no_wrap=True)
+
+    def pair(d: dict[str, float | None]) -> str:
+        return "/".join("-" if v is None else f"{v:.0f}" for v in (d["p50"], d["p95"]))
+
+    for r in rows:
+        tps = r["tokens_per_s"]["p50"]
+        t.add_row(
+            r["group"],
+            str(r["count"]),
+            f"{r['errors']} {100 * r['error_rate']:.0f}%",
+            pair(r["ttfb_ms"]),
+            pair(r["ttft_ms"]),
+            f"{r['input_tokens']:,}",
+            f"{r['output_tokens']:,}",
+            "-" if tps is None else f"{tps:.1f}",
+        )
+    return t

@@ -1,9 +1,9 @@
-"""When each event of a recorded stream arrived, drawn as a terminal chart or an SVG image.
+"""When each event of a recorded stream arrived: what the terminal chart and the SVG draw.
 
-Both pictures are drawn from per-cell counts made in one pass over the marks, so a stream of a
-million events costs one short list of counts per lane, never an object per event per cell.
-Event names and titles come from network traffic: the chart builds :class:`rich.text.Text`
-(never markup); the SVG is drawn by :mod:`ssetape.views.timeline_svg`, which escapes every string.
+Both pictures (:mod:`ssetape.views.timeline_chart`, :mod:`ssetape.views.timeline_svg`) are
+drawn from per-cell counts made here in one pass over the marks, so a stream of a million
+events costs one short list of counts per lane, never an object per event per cell. Event
+names and titles come from network traffic: both pictures escape every string they draw.
 """
 
 from __future__ import annotations
@@ -11,42 +11,33 @@ from __future__ import annotations
 import heapq
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
 
 import orjson
-from rich.console import Group, RenderableType
-from rich.text import Text
+
+from ssetape.analysis.api_rules import ApiRules
+from ssetape.analysis.apis import APIS, api_of_event
+from ssetape.storage.models import Event, Exchange
+from ssetape.views.documents import url_of
 
 __all__ = ["KINDS", "Mark", "Timeline"]
 
 # Lane order, top down, follows a stream's life: set-up events, tokens, keep-alives, the end.
 KINDS = ("meta", "content", "ping", "terminal", "error")
-_TERMINAL = frozenset(
-    {"response.completed", "response.incomplete", "message_stop", "image_generation.completed"}
-)
-# response.failed is also a terminal, but that it failed is what the picture has to say.
-_ERROR = frozenset({"error", "response.failed"})
-# A partial image is what an images stream's caller waits for, as the analyzer's TTFT counts it.
-_CONTENT = frozenset({"content_block_delta", "image_generation.partial_image"})
-_CHAT_CONTENT = ("content", "refusal", "reasoning", "reasoning_content", "tool_calls")
 # kind -> (terminal style, SVG color)
-_LOOK = {
+LOOK = {
     "meta": ("blue", "#2563eb"),
     "content": ("green", "#16a34a"),
     "ping": ("yellow", "#ca8a04"),
     "terminal": ("bold cyan", "#0891b2"),
     "error": ("bold red", "#dc2626"),
 }
-_OTHER_LOOK = ("white", "#374151")
-_TTFT_STYLE, _TTFB_STYLE, _TTFT_COLOR, _TTFB_COLOR = "bold magenta", "yellow", "#c026d3", "#6b7280"
-_LEGEND = "· 1  • 2-9  ● 10-99  █ 100+ events per cell"
+OTHER_LOOK = ("white", "#374151")
+TTFT_STYLE, TTFB_STYLE, TTFT_COLOR, TTFB_COLOR = "bold magenta", "yellow", "#c026d3", "#6b7280"
 _TOP_GAPS = 3
-_LABEL_W = 9  # "terminal" and a space
 # Characters a terminal would act on.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _S = 1_000_000
 # Tick steps: 1-2-5 below a second, then the steps a clock is read in, up to a day.
 _STEPS = (
@@ -66,13 +57,13 @@ class Mark:
 
 
 # (gap, then the seq, offset and kind of the event after it)
-_Gap = tuple[int, int, int, str]
+Gap = tuple[int, int, int, str]
 
 
 @dataclass(slots=True)
-class _Scan:
+class Scan:
     counts: dict[str, list[int]]  # kind -> events per cell
-    gaps: list[_Gap]  # longest first
+    gaps: list[Gap]  # longest first
 
 
 def fmt_us(us: int) -> str:
@@ -92,7 +83,7 @@ def fmt_us(us: int) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m{sec:02d}s"
 
 
-def _fmt_tick(us: int) -> str:
+def fmt_tick(us: int) -> str:
     """A tick label: ticks are round, so the shortest form that names them exactly."""
     if us == 0:
         return "0"
@@ -108,7 +99,7 @@ def _fmt_tick(us: int) -> str:
     return f"{sec // 3600}h" + (f"{sec % 3600 // 60}m" if sec % 3600 else "")
 
 
-def _ticks(span: int, most: int) -> range:
+def ticks(span: int, most: int) -> range:
     raw = span / max(1, most)
     step = next((s for s in _STEPS if s >= raw), None)
     if step is None:
@@ -117,35 +108,26 @@ def _ticks(span: int, most: int) -> range:
     return range(0, span + 1, step)
 
 
-def _clean(text: str, pattern: re.Pattern[str]) -> str:
+def clean(text: str, pattern: re.Pattern[str]) -> str:
     return pattern.sub("\ufffd", text)
 
 
-def _kind_of_name(name: str) -> str | None:
+# Event types of every known API, for streams whose API is unknown.
+_TERMINAL = frozenset().union(*(r.terminal_events for r in APIS.values()))
+_ERROR = frozenset().union(*(r.error_events for r in APIS.values()))
+_CONTENT = frozenset().union(*(r.content_events for r in APIS.values()))
+
+
+def _kind_of_name(name: str, rules: ApiRules | None) -> str | None:
     if name == "ping":
         return "ping"
-    if name in _ERROR:
+    if name in (rules.error_events if rules else _ERROR):
         return "error"
-    if name in _TERMINAL:
+    if name in (rules.terminal_events if rules else _TERMINAL):
         return "terminal"
-    if name.endswith(".delta") or name in _CONTENT:
+    if name.endswith(".delta") or name in (rules.content_events if rules else _CONTENT):
         return "content"
     return None
-
-
-def _chat_kind(chunk: dict[str, Any]) -> str:
-    if chunk.get("error") is not None:
-        return "error"
-    choices = chunk.get("choices")
-    for choice in choices if isinstance(choices, list) else ():
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("finish_reason") == "error":
-            return "error"
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and any(delta.get(key) for key in _CHAT_CONTENT):
-            return "content"
-    return "meta"
 
 
 def _classify(event: str | None, data: str | None, api: str | None) -> str:
@@ -154,10 +136,11 @@ def _classify(event: str | None, data: str | None, api: str | None) -> str:
     name = event if event and event != "message" else None
     if data.strip() == "[DONE]":
         return "terminal"
+    rules = APIS.get(api or "")
     if name is not None:
-        kind = _kind_of_name(name)
+        kind = _kind_of_name(name, rules)
         # Chat streams carry no event names; one that does is still read as a chunk.
-        if kind is not None or api != "chat_completions":
+        if kind is not None or rules is None or rules.typed_events:
             return kind or "meta"
     try:
         obj = orjson.loads(data)
@@ -165,11 +148,13 @@ def _classify(event: str | None, data: str | None, api: str | None) -> str:
         return "meta"
     if not isinstance(obj, dict):
         return "meta"
-    if "choices" in obj or api == "chat_completions":
-        return _chat_kind(obj)
+    if rules is None:  # which API sends this kind of payload?
+        rules = APIS.get(api_of_event(None, obj))
+    if rules is not None and rules.payload_kind is not None:
+        return rules.payload_kind(obj)
     kind_name = obj.get("type")
     if isinstance(kind_name, str):
-        return _kind_of_name(kind_name) or "meta"
+        return _kind_of_name(kind_name, rules) or "meta"
     return "error" if obj.get("error") is not None else "meta"
 
 
@@ -196,6 +181,19 @@ class Timeline:
         # A stream that took no measurable time still needs an axis to stand on.
         self.span_us: int = end if end > 0 else 1000
 
+    @classmethod
+    def of(cls, x: Exchange, events: list[Event]) -> Timeline:
+        """The timeline of one stored exchange, for `ssetape show --timeline/--svg`."""
+        kind, label = cls.classify, cls.label_of
+        marks = [
+            Mark(e.seq, e.offset_us, kind(e.event, e.data, x.api), label(e.event, e.data))
+            for e in events
+        ]
+        title = f"#{x.id} {x.method} {url_of(x)} {x.model or ''} {x.outcome or x.state}"
+        return cls(
+            marks, ttfb_us=x.ttfb_us, ttft_us=x.ttft_us, duration_us=x.duration_us, title=title
+        )
+
     # Classification -------------------------------------------------------------------------
 
     @staticmethod
@@ -217,11 +215,11 @@ class Timeline:
 
     # Shared ---------------------------------------------------------------------------------
 
-    def _scan(self, cells: int) -> _Scan:
+    def scan(self, cells: int) -> Scan:
         """Events per cell for each kind and the longest gaps, in one pass over the marks."""
         span = self.span_us
         counts: dict[str, list[int]] = {}
-        top: list[_Gap] = []
+        top: list[Gap] = []
         floor = 0
         prev = self.marks[0].offset_us if self.marks else 0
         last_kind: str | None = None
@@ -247,26 +245,26 @@ class Timeline:
                 if len(top) == _TOP_GAPS:
                     floor = top[0][0]
             prev = off
-        return _Scan(counts, sorted(top, key=lambda g: (-g[0], g[1])))
+        return Scan(counts, sorted(top, key=lambda g: (-g[0], g[1])))
 
-    def _lanes(self, scan: _Scan) -> list[str]:
+    def lanes(self, scan: Scan) -> list[str]:
         extra = sorted(k for k in scan.counts if k not in KINDS)
         return [k for k in KINDS if k in scan.counts] + extra
 
-    def _stats(self) -> str:
+    def summary(self) -> str:
         n = len(self.marks)
         parts = [f"{n:,} event" + ("" if n == 1 else "s")]
         values = (("duration", self.duration_us), ("TTFB", self.ttfb_us), ("TTFT", self.ttft_us))
         parts += [f"{name} {fmt_us(us)}" for name, us in values if us is not None]
         return " · ".join(parts)
 
-    def _pauses(self, gaps: list[_Gap]) -> list[_Gap]:
+    def pauses(self, gaps: list[Gap]) -> list[Gap]:
         """The gaps worth calling out: those a 64-cell chart shows as an empty cell, else
         just the longest, so a steady stream does not list its ticks as pauses."""
         return [g for g in gaps if g[0] * 64 > self.span_us] or gaps[:1]
 
     @staticmethod
-    def _gap_text(gaps: list[_Gap], width: int | None = None) -> str:
+    def gap_text(gaps: list[Gap], width: int | None = None) -> str:
         """The gaps as a sentence; with ``width``, only as many as fit whole."""
         parts = [f"{fmt_us(g)} before #{seq} ({kind})" for g, seq, _, kind in gaps]
         while True:
@@ -274,126 +272,3 @@ class Timeline:
             if width is None or len(text) <= width or len(parts) == 1:
                 return text
             parts.pop()
-
-    # Terminal -------------------------------------------------------------------------------
-
-    def render(self, width: int = 80) -> RenderableType:
-        """A chart for a terminal ``width`` columns wide (at least about 40 to be useful)."""
-        lines = [self._header(width)]
-        if not self.marks:
-            lines.append(Text("empty stream: no events were recorded", style="italic"))
-            return Group(*lines)
-        count_w = len(f"{len(self.marks):,}")
-        cells = max(10, width - _LABEL_W - 3 - count_w)
-        scan = self._scan(cells)
-        span = self.span_us
-
-        def col(us: int) -> int:
-            return min(cells - 1, max(0, us * cells // span))
-
-        ttft_col = None if self.ttft_us is None else col(self.ttft_us)
-        lines.extend(self._marker_rows(width, col))
-        for kind in self._lanes(scan):
-            row = scan.counts[kind]
-            style = _LOOK.get(kind, _OTHER_LOOK)[0]
-            line = Text(_clean(kind, _CONTROL)[: _LABEL_W - 1].ljust(_LABEL_W), style=style)
-            line.append("│", style="dim")
-            for i, n in enumerate(row):
-                if n:
-                    line.append(_glyph(n), style=style)
-                else:
-                    line.append("┊" if i == ttft_col else " ", style=_TTFT_STYLE)
-            line.append("│", style="dim")
-            line.append(f" {sum(row):>{count_w},}")
-            lines.append(_fit(line, width))
-        lines.extend(self._axis(cells, width))
-        legend = f"{_LEGEND} of {fmt_us(math.ceil(span / cells))}"
-        lines.append(_fit(Text(legend, style="dim"), width))
-        if scan.gaps:
-            gaps = self._pauses(scan.gaps)
-            lines.append(_fit(Text(_clean(self._gap_text(gaps, width), _CONTROL)), width))
-        return Group(*lines)
-
-    def _header(self, width: int) -> Text:
-        stats = self._stats()
-        head = Text()
-        title = _clean(self.title, _CONTROL)
-        if title:
-            room = width - len(stats) - 3
-            if room >= 8:
-                head.append(Text(title, style="bold"))
-                head.truncate(room, overflow="ellipsis")
-                head.append(" · ")
-        head.append(stats)
-        return _fit(head, width)
-
-    def _marker_rows(self, width: int, col: Callable[[int], int]) -> list[Text]:
-        """▼ TTFB and ▼ TTFT over their columns: one row when both labels fit, else two."""
-        rows: list[list[tuple[int, str, str]]] = []
-        for name, us, style in (
-            ("TTFB", self.ttfb_us, _TTFB_STYLE),
-            ("TTFT", self.ttft_us, _TTFT_STYLE),
-        ):
-            if us is None:
-                continue
-            at, label = _LABEL_W + 1 + col(us), f"{name} {fmt_us(us)}"
-            # Near the right edge the label goes left of its arrow.
-            text, begin = (
-                (f"▼ {label}", at)
-                if at + len(label) + 2 <= width
-                else (f"{label} ▼", at - len(label) - 1)
-            )
-            begin = max(0, begin)
-            if rows and all(b + len(t) < begin or begin + len(text) < b for b, t, _ in rows[-1]):
-                rows[-1].append((begin, text, style))
-            else:
-                rows.append([(begin, text, style)])
-        out = []
-        for row in rows:
-            line = Text()
-            for begin, text, style in sorted(row):
-                line.append(" " * (begin - len(line)))
-                line.append(text, style=style)
-            out.append(_fit(line, width))
-        return out
-
-    def _axis(self, cells: int, width: int) -> list[Text]:
-        span = self.span_us
-        chars = ["─"] * cells
-        labels = [" "] * width
-        end = -1
-        for t in _ticks(span, cells // 10):
-            c = t * cells // span
-            if c >= cells:
-                continue
-            chars[c] = "┬"
-            label = _fmt_tick(t)
-            at = _LABEL_W + 1 + c
-            if at + len(label) > width:
-                at = width - len(label)
-            if at > end + 1:
-                labels[at : at + len(label)] = label
-                end = at + len(label)
-        axis = Text(" " * _LABEL_W + "└" + "".join(chars) + "┘", style="dim")
-        return [_fit(axis, width), _fit(Text("".join(labels).rstrip(), style="dim"), width)]
-
-    # SVG ------------------------------------------------------------------------------------
-
-    def svg(self, width_px: int = 900) -> str:
-        """A standalone SVG document; one mark per event, or per pixel column past 5000."""
-        # Imported here: ssetape.views.timeline_svg builds on this module.
-        from ssetape.views.timeline_svg import TimelineSvg
-
-        return TimelineSvg(self).render(width_px)
-
-
-def _glyph(n: int) -> str:
-    return "█" if n >= 100 else "●" if n >= 10 else "•" if n >= 2 else "·"
-
-
-def _fit(text: Text, width: int) -> Text:
-    """Crop rather than wrap: a wrapped chart row lands in the wrong lane."""
-    text.no_wrap = True
-    text.overflow = "crop"
-    text.truncate(width, overflow="ellipsis")
-    return text

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from ssetape.views.timeline import (
-    _LOOK,
-    _OTHER_LOOK,
-    _TTFB_COLOR,
-    _TTFT_COLOR,
-    _clean,
-    _fmt_tick,
-    _ticks,
+    LOOK,
+    OTHER_LOOK,
+    TTFB_COLOR,
+    TTFT_COLOR,
+    Timeline,
+    clean,
+    fmt_tick,
     fmt_us,
+    ticks,
 )
-
-if TYPE_CHECKING:
-    from ssetape.views.timeline import Timeline
 
 __all__ = ["TimelineSvg"]
 
@@ -44,15 +41,15 @@ class TimelineSvg:
         tl = self.timeline
         width_px = max(width_px, 400)
         plot_w = width_px - _SVG_LEFT - _SVG_RIGHT
-        scan = tl._scan(plot_w)
-        span, lanes, n = tl.span_us, tl._lanes(scan), len(tl.marks)
+        scan = tl.scan(plot_w)
+        span, lanes, n = tl.span_us, tl.lanes(scan), len(tl.marks)
         axis_y = _SVG_TOP + len(lanes) * _SVG_LANE + 4
         height = axis_y + (60 if n else 0)
 
         def x(us: int) -> float:
             return round(_SVG_LEFT + min(max(us, 0), span) / span * plot_w, 2)
 
-        title, summary = _clean(tl.title, _NOT_XML), tl._stats()
+        title, summary = clean(tl.title, _NOT_XML), tl.summary()
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width_px}" height="{height}" '
             f'viewBox="0 0 {width_px} {height}" font-family="ui-monospace, Menlo, monospace" '
@@ -65,7 +62,7 @@ class TimelineSvg:
         if not n:
             out.append(_el("text", "empty stream: no events", x=10, y=70, font_style="italic"))
             return "\n".join([*out, "</svg>\n"])
-        gaps = tl._pauses(scan.gaps)
+        gaps = tl.pauses(scan.gaps)
         for gap, _, off, _ in gaps:
             left, w, h = x(off - gap), round(x(off) - x(off - gap), 2), axis_y - 4 - _SVG_TOP
             out.append(
@@ -77,7 +74,7 @@ class TimelineSvg:
             out.append(
                 _el("text", f"{sum(scan.counts[kind]):,}", x=_SVG_LEFT + plot_w + 8, y=y + 15)
             )
-            color = _LOOK.get(kind, _OTHER_LOOK)[1]
+            color = LOOK.get(kind, OTHER_LOOK)[1]
             out.append(
                 f'<g class="lane" data-kind="{_xml(kind)}" stroke="{color}" stroke-width="1.5">'
             )
@@ -93,16 +90,16 @@ class TimelineSvg:
             out.append("</g>")
         axis = _el("line", id="axis", x1=_SVG_LEFT, x2=_SVG_LEFT + plot_w, y1=axis_y, y2=axis_y)
         out.append(f'<g stroke="#111827">{axis}')
-        ticks = _ticks(span, plot_w // 90)
-        out.extend(_vline(x(t), axis_y, axis_y + 5, class_="tick") for t in ticks)
+        steps = ticks(span, plot_w // 90)
+        out.extend(_vline(x(t), axis_y, axis_y + 5, class_="tick") for t in steps)
         out.append("</g>")
         out.extend(
-            _el("text", _fmt_tick(t), x=x(t), y=axis_y + 18, text_anchor="middle") for t in ticks
+            _el("text", fmt_tick(t), x=x(t), y=axis_y + 18, text_anchor="middle") for t in steps
         )
         # TTFB is the earlier: its label goes above TTFT's, clear of TTFT's line.
         for name, us, color, top in (
-            ("TTFB", tl.ttfb_us, _TTFB_COLOR, _SVG_TOP - 24),
-            ("TTFT", tl.ttft_us, _TTFT_COLOR, _SVG_TOP - 8),
+            ("TTFB", tl.ttfb_us, TTFB_COLOR, _SVG_TOP - 24),
+            ("TTFT", tl.ttft_us, TTFT_COLOR, _SVG_TOP - 8),
         ):
             if us is not None:
                 at, label = x(us), f"▼ {name} {fmt_us(us)}"
@@ -114,12 +111,12 @@ class TimelineSvg:
                 )
                 out.append(_el("text", label, x=at, y=top, fill=color, text_anchor=anchor))
         if gaps:
-            out.append(_el("text", tl._gap_text(gaps), x=10, y=axis_y + 46))
+            out.append(_el("text", tl.gap_text(gaps), x=10, y=axis_y + 46))
         return "\n".join([*out, "</svg>\n"])
 
 
 def _xml(text: str) -> str:
-    return escape(_clean(text, _NOT_XML), {'"': "&quot;"})
+    return escape(clean(text, _NOT_XML), {'"': "&quot;"})
 
 
 def _el(tag: str, body: str = "", *, raw: bool = False, **attrs: object) -> str:

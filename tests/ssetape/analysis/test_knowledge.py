@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from ssetape.analysis.knowledge import ANALYSIS_VERSION, Indexer
-from ssetape.storage.batch import EventRow
+from ssetape.analysis.knowledge import ANALYSIS_VERSION, Knowledge
+from ssetape.records import EventRow
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -42,11 +42,11 @@ def test_finished_exchanges_are_analysed_before_flush_returns(
     store: Store, exchange_fields: Fields
 ) -> None:
     seen: list[list[tuple[int, str]]] = []
-    indexer = Indexer(store)
+    knowledge = Knowledge(store)
 
     def on_finished(done: list[tuple[int, str]]) -> None:
         seen.append(done)
-        indexer.index_finished(done)
+        knowledge.save_live(done)
 
     w = Writer(store, on_finished=on_finished)
     w.start()
@@ -77,7 +77,7 @@ def test_finished_exchanges_are_analysed_before_flush_returns(
         w.close()
     b = store.exchange("b" * 32)
     assert b is not None and b.outcome == "cut"
-    codes = [f.code for f in indexer.findings(b.id)]
+    codes = [f.code for f in knowledge.findings(b.id)]
     assert codes == ["no_terminal_event"]
     assert sorted(pair for done in seen for pair in done) == sorted([(a.id, a.uid), (b.id, b.uid)])
 
@@ -102,6 +102,6 @@ def test_a_failing_analysis_never_stops_the_writer(store: Store, exchange_fields
     c = store.exchange("c" * 32)
     assert c is not None and c.event_count == 4
     # `ssetape reindex` repairs what the hook could not do.
-    assert Indexer(store).reindex(Indexer(store).ids(stale_only=True)) == 2
+    assert Knowledge(store).reanalyse(Knowledge(store).exchange_ids(stale_only=True)) == 2
     c = store.exchange("c" * 32)
     assert c is not None and c.outcome == "completed"

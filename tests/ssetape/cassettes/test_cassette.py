@@ -20,11 +20,11 @@ from sqlalchemy import Table, insert, select
 
 from ssetape.cassettes.cassette import Cassette, CassetteError
 from ssetape.redactor import Redactor
+from ssetape.replay.request_index import RequestIndex
 from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
 from ssetape.storage.models import Chunk, Event, Exchange
 from ssetape.storage.store import Store
-from ssetape.testing.cassette_index import CassetteIndex
 from tests.addons.stores import pg_schema
 from tests.conftest import SIM_SPEED, SSETAPE, Proc, start_ssetape
 
@@ -212,7 +212,8 @@ def test_masked_fields_match_under_another_key(recorded: tuple[str, Path], tmp_p
     store.close()
     store = Store.open(str(tmp_path / "new.db"))
     report = Cassette(tape).import_into(store)
-    index = CassetteIndex(store, Redactor(os.urandom(32), fields=report.redact_fields))
+    redactor = Redactor(os.urandom(32), fields=report.redact_fields)
+    index = RequestIndex(store, redactor, keep_misses=True)
     index.refresh()
     path, body, _ = CALLS[-1]
     other = orjson.dumps(chat("sim-chat", stream=True, metadata={"user_token": "another"}))
@@ -407,7 +408,7 @@ def test_cli_filters_and_stdout(recorded: tuple[str, Path], tmp_path: Path) -> N
 
 
 def test_bytes_are_text_when_utf8_else_base64(tmp_path: Path) -> None:
-    from ssetape.cassettes.cassette import encode_bytes
+    from ssetape.cassettes.codec import encode_bytes
 
     assert encode_bytes("café".encode()) == "café"
     assert encode_bytes(b"\xff\x00") == {"b64": base64.b64encode(b"\xff\x00").decode()}

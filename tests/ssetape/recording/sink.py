@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ssetape.storage.batch import CHUNKS_OP, EVENTS_OP, TABLES, ChunkRow, EventRow
+from ssetape.records import ChunkRow, EventRow
+from ssetape.storage.batch import CHUNKS_OP, EVENTS_OP, TABLES
 
 _EVENT_KEYS, _CHUNK_KEYS = TABLES[EVENTS_OP][1], TABLES[CHUNKS_OP][1]
 

@@ -84,7 +84,7 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
     assert slowest < 0.05, slowest
     assert 0 < lost < 100
     assert final is not None
-    assert final["events_lost"] == lost and final["capture_failures"] == 0
+    assert final.events_lost == lost and final.capture_failures == 0
     with Store.open(db, create=False) as store:
         rows = {x.path.rsplit("/", 1)[1]: x for x in store.exchanges()}
         small, big = rows["small"], rows["big"]
@@ -96,7 +96,7 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
         assert len(events) == 100 - lost
         assert [e.raw for e in events] == [sse_chunk(e.offset_us // 1000) for e in events]
         assert [e.offset_us for e in events] == sorted(e.offset_us for e in events)
-        assert final["events_recorded"] == 5 + len(events)
+        assert final.events_recorded == 5 + len(events)
 
 
 def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path)
         link.chunk("a", i, b"event: n\ndata: %d\n\n" % i)
     link.finish("a", 99, {"state": "completed", "error": None})
     final = link.close()
-    assert final is not None and final["events_recorded"] == 50 and final["events_lost"] == 0
+    assert final is not None and final.events_recorded == 50 and final.events_lost == 0
     with Store.open(db, create=False) as store:
         [x] = store.exchanges()
         assert [e.data for e in store.events(x.id)] == [str(i) for i in range(50)]
@@ -126,7 +126,7 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     idle.start()
     assert idle.wait_ready(0) and idle.pid is None
     final = idle.close()
-    assert final is not None and final["active"] is False and final["events_recorded"] == 0
+    assert final is not None and final.active is False and final.events_recorded == 0
     with Store.open(db, create=False) as store:
         assert store.exchanges() == [] and Runs(store).all() == []
 
@@ -137,7 +137,7 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     assert link.pid is not None  # no event loop here: handed over at once
     link.finish("miss", 9, {"state": "completed", "error": None})
     final = link.close()
-    assert final is not None and final["active"] is True and final["events_recorded"] == 1
+    assert final is not None and final.active is True and final.events_recorded == 1
     with Store.open(db, create=False) as store:
         [x] = store.exchanges()
         assert x.event_count == 1

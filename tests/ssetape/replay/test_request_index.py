@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.redactor import Redactor
-from ssetape.replay.request_index import Miss, ReplayIndex
+from ssetape.replay.request_index import Miss, RequestIndex
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -32,7 +32,7 @@ def test_a_slow_recording_finished_after_a_refresh_is_still_found(tmp_path: Path
     w.update("b" * 32, status=200)
     w.finish("b" * 32, state="completed")
     assert w.flush()
-    index = ReplayIndex(store, Redactor(b"k"))
+    index = RequestIndex(store, Redactor(b"k"))
     assert index.lookup("POST", "api.example", "/v1/x", b'{"q": "fast"}') == 2
     assert isinstance(index.lookup("POST", "api.example", "/v1/x", b'{"q": "slow"}'), Miss)
     w.update("a" * 32, status=200)
@@ -51,7 +51,7 @@ def test_binary_bodies_match_by_content(tmp_path: Path) -> None:
     w.update("c" * 32, status=200)
     w.finish("c" * 32, state="completed")
     assert w.flush()
-    index = ReplayIndex(store, Redactor(b"k"))
+    index = RequestIndex(store, Redactor(b"k"))
     assert index.lookup("POST", "api.example", "/v1/x", BINARY) == 1
     miss = index.lookup("POST", "api.example", "/v1/x", BINARY[:-1])
     assert isinstance(miss, Miss) and "body.sha256" in miss.message
@@ -72,7 +72,7 @@ def test_secrets_masked_with_another_stores_key_still_match(tmp_path: Path) -> N
     w.finish("d" * 32, state="completed", status=200)
     assert w.flush()
     here = Redactor(b"key of this store", fields=["user_token"])
-    index = ReplayIndex(store, here)
+    index = RequestIndex(store, here)
     assert index.lookup("POST", "api.example", "/v1/x", b'{"q": "hi", "user_token": "other"}') == 1
     miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "bye", "user_token": "s3cret"}')
     assert isinstance(miss, Miss) and "body.q" in miss.message

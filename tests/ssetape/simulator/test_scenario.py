@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ssetape.simulator import routes
 from ssetape.simulator import scenario as scenarios
-from ssetape.simulator.scenario import Plan, plan
+from ssetape.simulator.routes import plan
+from ssetape.simulator.scenario import Plan
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -313,8 +315,8 @@ def test_routes_by_suffix() -> None:
     assert data_events(plan("POST", "/api/v1/chat/completions?x=1", {}, body()))[-1].data == (
         "[DONE]"
     )
-    assert scenarios.route("/openai/v1/responses") == "responses"
-    assert scenarios.route("/anthropic/v1/messages/") == "messages"
+    assert routes.route("/openai/v1/responses") == "responses"
+    assert routes.route("/anthropic/v1/messages/") == "messages"
 
 
 def test_non_streamed_json() -> None:

@@ -20,7 +20,8 @@ import openai
 import orjson
 import pytest
 
-from ssetape.simulator.scenario import Plan, plan
+from ssetape.simulator.routes import plan
+from ssetape.simulator.scenario import Plan
 from ssetape.simulator.simulator import Simulator
 
 SPEED = 10.0  # fast enough that every SDK call here takes a few tens of milliseconds

@@ -1,19 +1,22 @@
-"""Analysis rules for the Anthropic Messages API, streamed and whole.
+"""Rules of the Anthropic Messages API, streamed and whole.
 
-Like :mod:`ssetape.analysis.rules_openai`, the functions update a :class:`~ssetape.analysis.tally.Tally`
-and type-check every field of the payloads.
+``message_start``, content blocks (text, thinking, tool use) with their deltas,
+``message_delta`` with the stop reason and cumulative usage, then ``message_stop``; ``ping``
+keeps the connection alive and ``error`` ends a stream that failed after it started.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from ssetape.analysis.tally import Tally
+from ssetape.analysis.api_rules import ApiRules
+from ssetape.analysis.rules.payload import as_dict, as_str
+from ssetape.analysis.tally import Tally
+from ssetape.vocabulary import Outcome
 
-__all__ = ["MESSAGES_EVENTS", "message_body", "messages_event"]
+__all__ = ["MESSAGES_EVENTS", "RULES"]
 
 MESSAGES_EVENTS = frozenset(
     {
@@ -29,13 +32,13 @@ MESSAGES_EVENTS = frozenset(
 )
 # stop_reason -> outcome; an unknown stop reason still ended the message normally.
 _STOP = {
-    "end_turn": "completed",
-    "tool_use": "completed",
-    "stop_sequence": "completed",
-    "pause_turn": "completed",
-    "max_tokens": "incomplete",
-    "model_context_window_exceeded": "incomplete",
-    "refusal": "refused",
+    "end_turn": Outcome.COMPLETED,
+    "tool_use": Outcome.COMPLETED,
+    "stop_sequence": Outcome.COMPLETED,
+    "pause_turn": Outcome.COMPLETED,
+    "max_tokens": Outcome.INCOMPLETE,
+    "model_context_window_exceeded": Outcome.INCOMPLETE,
+    "refusal": Outcome.REFUSED,
 }
 # delta type -> (field holding the value, where it goes); signature_delta carries no content.
 _DELTAS = {
@@ -46,28 +49,20 @@ _DELTAS = {
 }
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _block_key(ev: dict[str, Any]) -> tuple[str, int]:
     index = ev.get("index")
     return ("block", index if isinstance(index, int) else -1)
 
 
-def messages_event(tally: Tally, seq: int, kind: str, ev: dict[str, Any]) -> bool:
+def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
     if kind == "content_block_delta":
-        delta = _dict(ev.get("delta"))
-        dtype = _str(delta.get("type"))
+        delta = as_dict(ev.get("delta"))
+        dtype = as_str(delta.get("type"))
         if dtype not in _DELTAS:
             tally.unknown(seq, f"content_block_delta {dtype or '(no type)'}")
             return False
         key, target = _DELTAS[dtype]
-        value = _str(delta.get(key))
+        value = as_str(delta.get(key))
         if not (value and target):
             return False
         if target == "text":
@@ -78,42 +73,41 @@ def messages_event(tally: Tally, seq: int, kind: str, ev: dict[str, Any]) -> boo
             tally.tool(_block_key(ev)).parts.append(value)
         return True
     if kind == "message_start":
-        message = _dict(ev.get("message"))
+        message = as_dict(ev.get("message"))
         tally.set_model(message.get("model"))
         # Only the input count: message_start's output_tokens is a placeholder, and cache
         # reads/writes are reported apart from input_tokens and not added to it.
-        tally.usage(_dict(message.get("usage")).get("input_tokens"), None, None)
+        tally.usage(as_dict(message.get("usage")).get("input_tokens"), None, None)
     elif kind == "content_block_start":
         _block_start(tally, ev)
     elif kind == "message_delta":
-        stop = _dict(ev.get("delta")).get("stop_reason")
+        stop = as_dict(ev.get("delta")).get("stop_reason")
         if isinstance(stop, str):
             tally.stop_reason = stop
-        usage = _dict(ev.get("usage"))
+        usage = as_dict(ev.get("usage"))
         # Cumulative counts: the last one is the total.
         tally.usage(usage.get("input_tokens"), usage.get("output_tokens"), None)
     elif kind == "message_stop":
         _stop(tally, tally.stop_reason)
     elif kind == "error":
-        err = _dict(ev.get("error"))
-        reason = _str(err.get("type")) or _str(err.get("message")) or "error"
-        tally.end("error", reason)
+        err = as_dict(ev.get("error"))
+        tally.end(Outcome.ERROR, as_str(err.get("type")) or as_str(err.get("message")) or "error")
     elif kind not in MESSAGES_EVENTS:
-        tally.unknown(seq, kind)
+        tally.unknown(seq, str(kind))
     return False
 
 
 def _block_start(tally: Tally, ev: dict[str, Any]) -> None:
-    block = _dict(ev.get("content_block"))
+    block = as_dict(ev.get("content_block"))
     kind = block.get("type")
     # Starts normally hold empty values, but a non-empty one is part of the answer.
     if kind == "text":
-        tally.text.append(_str(block.get("text")))
+        tally.text.append(as_str(block.get("text")))
     elif kind == "thinking":
-        tally.reasoning.append(_str(block.get("thinking")))
+        tally.reasoning.append(as_str(block.get("thinking")))
     elif kind == "tool_use":
         entry = tally.tool(_block_key(ev))
-        entry.id, entry.name = _str(block.get("id")), _str(block.get("name"))
+        entry.id, entry.name = as_str(block.get("id")), as_str(block.get("name"))
         if isinstance(block.get("input"), dict) and block["input"]:
             entry.final = orjson.dumps(block["input"]).decode()
 
@@ -125,29 +119,43 @@ def _stop(tally: Tally, stop: str | None) -> None:
             entry.final = None
         elif entry.final is None:
             entry.final = "{}"
-    tally.end(_STOP.get(stop, "completed") if stop else "completed", stop)
+    tally.end(_STOP.get(stop, Outcome.COMPLETED) if stop else Outcome.COMPLETED, stop)
 
 
-def message_body(tally: Tally, obj: dict[str, Any]) -> None:
+def body(tally: Tally, obj: dict[str, Any]) -> None:
     """A whole ``message`` object, or an ``error`` object sent with HTTP 200."""
     if obj.get("type") == "error":
-        err = _dict(obj.get("error"))
-        tally.end("error", _str(err.get("type")) or _str(err.get("message")) or "error")
+        err = as_dict(obj.get("error"))
+        tally.end(Outcome.ERROR, as_str(err.get("type")) or as_str(err.get("message")) or "error")
         return
     tally.set_model(obj.get("model"))
-    usage = _dict(obj.get("usage"))
+    usage = as_dict(obj.get("usage"))
     tally.usage(usage.get("input_tokens"), usage.get("output_tokens"), None)
     blocks = obj.get("content")
     for i, block in enumerate(blocks if isinstance(blocks, list) else ()):
-        block = _dict(block)
+        block = as_dict(block)
         kind = block.get("type")
         if kind == "text":
-            tally.text.append(_str(block.get("text")))
+            tally.text.append(as_str(block.get("text")))
         elif kind == "thinking":
-            tally.reasoning.append(_str(block.get("thinking")))
+            tally.reasoning.append(as_str(block.get("thinking")))
         elif kind == "tool_use":
             entry = tally.tool(("block", i))
-            entry.id, entry.name = _str(block.get("id")), _str(block.get("name"))
+            entry.id, entry.name = as_str(block.get("id")), as_str(block.get("name"))
             entry.final = orjson.dumps(block.get("input", {})).decode()
     stop = obj.get("stop_reason")
     _stop(tally, stop if isinstance(stop, str) else None)
+
+
+RULES = ApiRules(
+    name="messages",
+    paths=("/messages",),
+    event=event,
+    body=body,
+    claims_event=lambda kind, _obj: kind == "message_start",
+    claims_body=lambda obj: obj.get("type") == "message",
+    no_terminal="The stream ended without message_stop or error.",
+    terminal_events=frozenset({"message_stop"}),
+    error_events=frozenset({"error"}),
+    content_events=frozenset({"content_block_delta"}),
+)

@@ -1,0 +1,150 @@
+"""The cassette format (version 1): JSON Lines, reviewable in a diff and lossless for replay.
+
+One JSON object per line::
+
+    {"ssetape_cassette": 1, "redact_fields": ["api_key"]}          header, always line 1
+    {"kind": "exchange", "uid": "...", "started_at": "...", ...}   every exchanges column but id
+    {"kind": "event", "seq": 0, "offset_us": 1234, "data": "...", "raw": "data: ...\\n\\n"}
+    {"kind": "chunk", "seq": 0, "offset_us": 1234, "data": {"b64": "H4sI..."}}
+
+Events and chunks belong to the exchange line above them. A bytes value is a JSON string when
+it is valid UTF-8, else ``{"b64": "..."}``; datetimes are ISO 8601. Exchanges are ordered by
+fingerprint, then by recording order (the order replay serves repeats in), so re-recording an
+unchanged interaction changes only volatile values (uid, started_at, recorder, timings).
+
+Compatibility policy: the columns of the store are written generically, so a newer ssetape may
+add keys without a new format version; a reader ignores keys it does not know and says which.
+Anything an older reader would misread needs a new version, and newer versions are refused.
+
+This module is the pure part (the "serializer"): lines in, validated rows out, and the header
+line out. Reading never executes anything (JSON only) and refuses malformed input with one line
+naming the line number and what is wrong. :mod:`ssetape.cassettes.store_io` moves rows between
+cassettes and stores; :class:`~ssetape.cassettes.cassette.Cassette` is the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ssetape.cassettes.codec import TABLES, CassetteCodec, CassetteError, short
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HEADER_KEY",
+    "MAX_BYTES",
+    "MAX_LINE_BYTES",
+    "ImportReport",
+    "header_line",
+    "read_records",
+]
+
+FORMAT_VERSION = 1
+MAX_LINE_BYTES = 64 * 1024 * 1024
+MAX_BYTES = 4 * 1024 * 1024 * 1024
+HEADER_KEY = "ssetape_cassette"
+
+
+@dataclass
+class ImportReport:
+    exchanges: int = 0
+    events: int = 0
+    chunks: int = 0
+    skipped: int = 0  # uid already in the store
+    ignored: dict[str, int] = field(default_factory=dict)  # unknown key -> first line
+    redact_fields: list[str] = field(default_factory=list)
+    lines: dict[int, int] = field(default_factory=dict)  # new exchange id -> cassette line
+
+
+def header_line(redact_fields: list[str]) -> bytes:
+    return orjson.dumps({HEADER_KEY: FORMAT_VERSION, "redact_fields": redact_fields}) + b"\n"
+
+
+def read_records(
+    name: str, lines: Iterable[tuple[int, bytes]], report: ImportReport
+) -> Generator[tuple[int, str, dict[str, Any]]]:
+    """Validated (line number, kind, column values) of every line after the header of the
+    cassette ``name``, from its (line number, bytes) ``lines``.
+
+    Unknown keys are dropped (and noted in ``report``); everything else that is wrong
+    raises CassetteError naming the line.
+    """
+    codecs = {kind: CassetteCodec(kind) for kind in TABLES}
+    seen_uids: dict[str, int] = {}
+    last_seq: dict[str, int | None] = {"event": None, "chunk": None}
+    have_exchange = False
+    rows = iter(lines)
+    header = next(rows, None)
+    if header is None:
+        raise CassetteError(
+            f"{name}: empty file, not an ssetape cassette "
+            f'(line 1 must be a header like {{"{HEADER_KEY}": {FORMAT_VERSION}}})'
+        )
+    report.redact_fields = _header(name, *header)
+    for number, raw in rows:
+        where = f"{name}:{number}"
+        obj = _parse(where, raw)
+        if obj is None:
+            continue
+        kind = obj.pop("kind", None)
+        if kind not in codecs:
+            what = "unknown kind " + short(kind) if kind is not None else 'no "kind"'
+            raise CassetteError(f'{where}: {what} (expected "exchange", "event" or "chunk")')
+        values = codecs[kind].decode(obj, name, number, report.ignored)
+        if kind == "exchange":
+            uid = values["uid"]
+            if uid in seen_uids:
+                raise CassetteError(
+                    f"{where}: duplicate exchange uid {uid} (also on line {seen_uids[uid]})"
+                )
+            seen_uids[uid] = number
+            have_exchange = True
+            last_seq = {"event": None, "chunk": None}
+        else:
+            if not have_exchange:
+                raise CassetteError(f"{where}: {kind} line before any exchange line")
+            prev = last_seq[kind]
+            if prev is not None and values["seq"] <= prev:
+                raise CassetteError(
+                    f"{where}: {kind} seq {values['seq']} does not follow seq {prev}"
+                )
+            last_seq[kind] = values["seq"]
+        yield number, kind, values
+
+
+def _header(name: str, number: int, raw: bytes) -> list[str]:
+    where = f"{name}:{number}"
+    what = f'not an ssetape cassette (line 1 must be a header like {{"{HEADER_KEY}": 1}})'
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise CassetteError(f"{where}: {what}") from None
+    if not isinstance(obj, dict) or HEADER_KEY not in obj:
+        raise CassetteError(f"{where}: {what}")
+    version = obj[HEADER_KEY]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CassetteError(f"{where}: bad cassette format version {short(version)}")
+    if version > FORMAT_VERSION:
+        raise CassetteError(
+            f"{where}: cassette format version {version} is newer than this ssetape reads "
+            f"({FORMAT_VERSION}): upgrade ssetape"
+        )
+    fields = obj.get("redact_fields", [])
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise CassetteError(f'{where}: "redact_fields" must be a list of strings')
+    return list(fields)
+
+
+def _parse(where: str, raw: bytes) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None  # blank lines (an editor's trailing newline) carry nothing
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise CassetteError(f"{where}: invalid JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(obj, dict):
+        raise CassetteError(f"{where}: expected a JSON object, got {short(obj)}")
+    return obj

@@ -1,0 +1,146 @@
+"""Moving recorded exchanges between a store and cassette lines (the "persister").
+
+Exports read the store in batches and write lines with the codecs; imports insert what
+:func:`~ssetape.cassettes.format.read_records` validated. Nothing here parses files.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable
+from typing import IO, Any
+from urllib.parse import parse_qsl, urlencode
+
+from sqlalchemy import Connection, Select, Table, insert, select
+
+from ssetape.cassettes.codec import TABLES, CassetteCodec
+from ssetape.cassettes.format import ImportReport, header_line
+from ssetape.redactor import DEFAULT_QUERY_PARAMS, Redactor
+from ssetape.storage.store import Store
+
+__all__ = ["Narrow", "Progress", "insert_exchange", "scrubber", "select_ids", "write_cassette"]
+
+_EXCHANGES, _EVENTS, _CHUNKS = TABLES["exchange"], TABLES["event"], TABLES["chunk"]
+_MASKED = re.compile(r"<redacted:[0-9a-f]{12}>")
+_BATCH = 200
+
+Progress = Callable[[int, int], None]  # (done, total)
+Narrow = Callable[[Select[Any]], Select[Any]]  # adds WHERE clauses to a select of exchanges
+
+
+def scrubber(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Belt and braces before anything leaves the store: headers and query parameters that
+    are secret by default and somehow are not masked yet get masked with the store's key
+    (the recorder already did this; a store filled by other means may not have)."""
+    key = store.setting("redaction_key")
+    redactor = Redactor(bytes.fromhex(key) if key else secrets.token_bytes(32))
+
+    def headers(pairs: Any) -> Any:
+        if not isinstance(pairs, list):
+            return pairs
+        return [
+            [k, v if _MASKED.search(v) else redactor.header_value(k, v)]
+            if isinstance(p, list) and len(p) == 2 and isinstance(k := p[0], str)
+            and isinstance(v := p[1], str) else p
+            for p in pairs
+        ]  # fmt: skip
+
+    def query(q: Any) -> Any:
+        if not isinstance(q, str) or not q:
+            return q
+        pairs = parse_qsl(q, keep_blank_values=True)
+        if all(k.lower() not in DEFAULT_QUERY_PARAMS or _MASKED.fullmatch(v) for k, v in pairs):
+            return q  # already clean: keep the exact recorded string
+        return urlencode(
+            [(k, v if _MASKED.fullmatch(v) else redactor.mask(v))
+             if k.lower() in DEFAULT_QUERY_PARAMS else (k, v) for k, v in pairs]
+        )  # fmt: skip
+
+    def scrub(row: dict[str, Any]) -> dict[str, Any]:
+        for name in ("request_headers", "response_headers"):
+            if name in row:
+                row[name] = headers(row[name])
+        if "query" in row:
+            row["query"] = query(row["query"])
+        return row
+
+    return scrub
+
+
+def insert_exchange(
+    conn: Connection,
+    report: ImportReport,
+    number: int,
+    values: dict[str, Any],
+    rows: dict[str, list[dict[str, Any]]],
+) -> None:
+    """One exchange (cassette line ``number``) and its events and chunks, unless the store
+    has its uid already (noted in ``report``)."""
+    if conn.execute(select(_EXCHANGES.c.id).where(_EXCHANGES.c.uid == values["uid"])).first():
+        report.skipped += 1
+        return
+    xid = conn.execute(insert(_EXCHANGES).returning(_EXCHANGES.c.id), values).scalar_one()
+    report.lines[xid] = number
+    report.exchanges += 1
+    for kind, table in (("event", _EVENTS), ("chunk", _CHUNKS)):
+        if rows[kind]:
+            conn.execute(insert(table), _uniform(table, rows[kind], xid))
+    report.events += len(rows["event"])
+    report.chunks += len(rows["chunk"])
+
+
+def _uniform(table: Table, rows: list[dict[str, Any]], xid: int) -> list[dict[str, Any]]:
+    """Rows with the same keys: an executemany takes its columns from the first row only, so
+    a key the first row lacks (an empty optional field) would be dropped from every row."""
+    keys = set().union(*rows)
+    defaults = {
+        k: getattr(c.default, "arg", None)
+        if c.default is not None and c.default.is_scalar
+        else None
+        for k, c in table.c.items()
+        if k in keys
+    }
+    return [{**defaults, **r, "exchange_id": xid} for r in rows]
+
+
+def select_ids(narrow: Narrow | None, *order: Any) -> Select[Any]:
+    stmt = select(_EXCHANGES.c.id)
+    return (narrow(stmt) if narrow is not None else stmt).order_by(*order)
+
+
+def write_cassette(
+    store: Store, out: IO[bytes], narrow: Narrow | None = None, *, progress: Progress | None = None
+) -> int:
+    """Write a whole cassette (header and lines) to ``out``; returns the exchange count."""
+    codecs = {kind: CassetteCodec(kind) for kind in TABLES}
+    scrub = scrubber(store)
+    order = (_EXCHANGES.c.fingerprint, _EXCHANGES.c.started_at, _EXCHANGES.c.id)
+    with store.engine.connect() as conn:
+        ids = list(conn.execute(select_ids(narrow, *order)).scalars())
+        out.write(header_line(store.redact_fields()))
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+            found = conn.execute(select(_EXCHANGES).where(_EXCHANGES.c.id.in_(batch)))
+            exchanges = {r.id: dict(r._mapping) for r in found}
+            children: dict[str, dict[int, list[dict[str, Any]]]] = {}
+            for kind in ("event", "chunk"):
+                table = TABLES[kind]
+                q = select(table).where(table.c.exchange_id.in_(batch))
+                q = q.order_by(table.c.exchange_id, table.c.seq)
+                by_id: dict[int, list[dict[str, Any]]] = {}
+                for r in conn.execute(q):
+                    by_id.setdefault(r.exchange_id, []).append(dict(r._mapping))
+                children[kind] = by_id
+            for xid in batch:
+                x = exchanges.get(xid)
+                if x is None:
+                    continue  # deleted while exporting
+                uid = x["uid"]
+                lines = [codecs["exchange"].encode(scrub(x), uid)]
+                for kind in ("event", "chunk"):
+                    lines += [codecs[kind].encode(r, uid) for r in children[kind].get(xid, [])]
+                out.write(b"".join(lines))
+            if progress is not None:
+                progress(min(start + _BATCH, len(ids)), len(ids))
+    return len(ids)

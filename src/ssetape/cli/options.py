@@ -1,0 +1,147 @@
+"""What several commands share: their options, parameter types and how they open a store."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import orjson
+from sqlalchemy import make_url
+
+from ssetape.analysis.apis import api_names
+from ssetape.storage.filters import parse_since
+from ssetape.storage.runs import Runs
+from ssetape.storage.store import Store, StoreError
+from ssetape.vocabulary import Outcome
+
+__all__ = [
+    "DEFAULT_CONFDIR",
+    "db_option",
+    "filter_options",
+    "open_db",
+    "print_json",
+    "proxy_options",
+    "shown",
+    "size_option",
+    "validate_mode",
+]
+
+DB_HELP = "SQLite file or SQLAlchemy URL (postgresql+psycopg://...). Env: SSETAPE_DB."
+DEFAULT_CONFDIR = "~/.mitmproxy"
+F = TypeVar("F", bound=Callable[..., Any])
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+
+db_option = click.option(
+    "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
+)
+
+
+def open_db(db: str, *, create: bool = False) -> Store:
+    """Open a store for a command: a one-line error if that fails. Exchanges left
+    ``recording`` by a recorder that is gone (crash, kill -9) show as ``interrupted``."""
+    try:
+        store = Store.open(db, create=create)
+    except StoreError as e:
+        raise click.ClickException(str(e)) from None
+    with contextlib.suppress(Exception):  # a read-only user still gets to read
+        Runs(store).mark_gone_interrupted()
+    return store
+
+
+def shown(db: str) -> str:
+    """The database as it may be printed: no password."""
+    return make_url(db).render_as_string(hide_password=True) if "://" in db else db
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _apply(f: F, decorators: list[Callable[[F], F]]) -> F:
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def proxy_options(f: F) -> F:
+    """The options every proxy command takes."""
+    return _apply(f, [
+        db_option,
+        click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535)),
+        click.option("--host", default="127.0.0.1", show_default=True,
+                     help="Address to listen on; anything but loopback exposes the proxy."),
+        click.option("--mode", default="regular", show_default=True,
+                     help="'regular' (forward proxy) or 'reverse:https://api.openai.com'."),
+        click.option("--redact-header", multiple=True,
+                     help="Extra header to redact (repeatable)."),
+        click.option("--redact-field", multiple=True,
+                     help="JSON body field to redact: dotted path or bare name (repeatable)."),
+        click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True,
+                     help="mitmproxy's directory (CA certificate)."),
+        click.option("--set", "sets", multiple=True, metavar="OPTION=VALUE",
+                     help="Any mitmproxy option, e.g. --set ssl_insecure=true."),
+    ])  # fmt: skip
+
+
+def validate_mode(mode: str) -> str:
+    if mode == "regular":
+        return mode
+    kind, _, target = mode.partition(":")
+    if kind == "reverse" and target.startswith(("http://", "https://")) and len(target) > 8:
+        return mode
+    raise click.BadParameter(
+        f"{mode!r}: use 'regular' (forward proxy) or 'reverse:https://api.example.com'",
+        param_hint="--mode",
+    )
+
+
+class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
+    """A time option: a duration ago (30m, 1h, 2d) or an ISO date/time (naive = UTC)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dt.datetime):
+            return value
+        try:
+            return parse_since(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def filter_options(f: F) -> F:
+    """The options of ``storage.filters.Filters``, passed to the command as keyword
+    arguments (``Filters.pop`` takes them back out)."""
+    return _apply(f, [
+        click.option("--api", type=click.Choice(api_names()), help="Only this API kind."),
+        click.option("--model", help="Only this model (exact or prefix)."),
+        click.option("--outcome", type=click.Choice([o.value for o in Outcome]),
+                     help="Only this outcome (completed, error, refused, ...)."),
+        click.option("--since", type=TimeParam(),
+                     help="Only since a time: 30m, 1h, 2d or 2026-11-01."),
+        click.option("--grep", metavar="TEXT",
+                     help="Only where the output text or path has TEXT."),
+    ])  # fmt: skip
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:
+    """Sizes as bytes or with a unit: 64MiB, 512k, 2G (binary units)."""
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(value)
+    if m is None or int(m.group(1)) < 1:
+        raise click.BadParameter(f"{value!r} is not a size (e.g. 1048576, 64MiB, 2G)")
+    unit = (m.group(2) or "b")[0].lower()
+    return int(m.group(1)) * {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit]
+
+
+def size_option(name: str, default: int, shown_default: str, help: str) -> Callable[[F], F]:
+    """An option taking a size: bytes, or 64MiB, 512k, 2G (binary units)."""
+    return click.option(
+        name, default=str(default), callback=_size, show_default=shown_default, help=help
+    )

@@ -1,0 +1,154 @@
+"""A :class:`~ssetape.views.timeline.Timeline` drawn for a terminal, as rich text.
+
+Event names and titles come from network traffic: the chart builds :class:`rich.text.Text`
+(never markup) and replaces control characters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from ssetape.views.timeline import (
+    CONTROL,
+    LOOK,
+    OTHER_LOOK,
+    TTFB_STYLE,
+    TTFT_STYLE,
+    Timeline,
+    clean,
+    fmt_tick,
+    fmt_us,
+    ticks,
+)
+
+__all__ = ["TimelineChart"]
+
+_LEGEND = "· 1  • 2-9  ● 10-99  █ 100+ events per cell"
+_LABEL_W = 9  # "terminal" and a space
+
+
+class TimelineChart:
+    """The terminal picture of one :class:`~ssetape.views.timeline.Timeline`."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+
+    def render(self, width: int = 80) -> RenderableType:
+        """A chart for a terminal ``width`` columns wide (at least about 40 to be useful)."""
+        tl = self.timeline
+        lines = [self._header(width)]
+        if not tl.marks:
+            lines.append(Text("empty stream: no events were recorded", style="italic"))
+            return Group(*lines)
+        count_w = len(f"{len(tl.marks):,}")
+        cells = max(10, width - _LABEL_W - 3 - count_w)
+        scan = tl.scan(cells)
+        span = tl.span_us
+
+        def col(us: int) -> int:
+            return min(cells - 1, max(0, us * cells // span))
+
+        ttft_col = None if tl.ttft_us is None else col(tl.ttft_us)
+        lines.extend(self._marker_rows(width, col))
+        for kind in tl.lanes(scan):
+            row = scan.counts[kind]
+            style = LOOK.get(kind, OTHER_LOOK)[0]
+            line = Text(clean(kind, CONTROL)[: _LABEL_W - 1].ljust(_LABEL_W), style=style)
+            line.append("│", style="dim")
+            for i, n in enumerate(row):
+                if n:
+                    line.append(_glyph(n), style=style)
+                else:
+                    line.append("┊" if i == ttft_col else " ", style=TTFT_STYLE)
+            line.append("│", style="dim")
+            line.append(f" {sum(row):>{count_w},}")
+            lines.append(_fit(line, width))
+        lines.extend(self._axis(cells, width))
+        legend = f"{_LEGEND} of {fmt_us(math.ceil(span / cells))}"
+        lines.append(_fit(Text(legend, style="dim"), width))
+        if scan.gaps:
+            gaps = tl.pauses(scan.gaps)
+            lines.append(_fit(Text(clean(tl.gap_text(gaps, width), CONTROL)), width))
+        return Group(*lines)
+
+    def _header(self, width: int) -> Text:
+        tl = self.timeline
+        stats = tl.summary()
+        head = Text()
+        title = clean(tl.title, CONTROL)
+        if title:
+            room = width - len(stats) - 3
+            if room >= 8:
+                head.append(Text(title, style="bold"))
+                head.truncate(room, overflow="ellipsis")
+                head.append(" · ")
+        head.append(stats)
+        return _fit(head, width)
+
+    def _marker_rows(self, width: int, col: Callable[[int], int]) -> list[Text]:
+        """▼ TTFB and ▼ TTFT over their columns: one row when both labels fit, else two."""
+        tl = self.timeline
+        rows: list[list[tuple[int, str, str]]] = []
+        for name, us, style in (
+            ("TTFB", tl.ttfb_us, TTFB_STYLE),
+            ("TTFT", tl.ttft_us, TTFT_STYLE),
+        ):
+            if us is None:
+                continue
+            at, label = _LABEL_W + 1 + col(us), f"{name} {fmt_us(us)}"
+            # Near the right edge the label goes left of its arrow.
+            text, begin = (
+                (f"▼ {label}", at)
+                if at + len(label) + 2 <= width
+                else (f"{label} ▼", at - len(label) - 1)
+            )
+            begin = max(0, begin)
+            if rows and all(b + len(t) < begin or begin + len(text) < b for b, t, _ in rows[-1]):
+                rows[-1].append((begin, text, style))
+            else:
+                rows.append([(begin, text, style)])
+        out = []
+        for row in rows:
+            line = Text()
+            for begin, text, style in sorted(row):
+                line.append(" " * (begin - len(line)))
+                line.append(text, style=style)
+            out.append(_fit(line, width))
+        return out
+
+    def _axis(self, cells: int, width: int) -> list[Text]:
+        tl = self.timeline
+        span = tl.span_us
+        chars = ["─"] * cells
+        labels = [" "] * width
+        end = -1
+        for t in ticks(span, cells // 10):
+            c = t * cells // span
+            if c >= cells:
+                continue
+            chars[c] = "┬"
+            label = fmt_tick(t)
+            at = _LABEL_W + 1 + c
+            if at + len(label) > width:
+                at = width - len(label)
+            if at > end + 1:
+                labels[at : at + len(label)] = label
+                end = at + len(label)
+        axis = Text(" " * _LABEL_W + "└" + "".join(chars) + "┘", style="dim")
+        return [_fit(axis, width), _fit(Text("".join(labels).rstrip(), style="dim"), width)]
+
+
+def _glyph(n: int) -> str:
+    return "█" if n >= 100 else "●" if n >= 10 else "•" if n >= 2 else "·"
+
+
+def _fit(text: Text, width: int) -> Text:
+    """Crop rather than wrap: a wrapped chart row lands in the wrong lane."""
+    text.no_wrap = True
+    text.overflow = "crop"
+    text.truncate(width, overflow="ellipsis")
+    return text

@@ -1,0 +1,105 @@
+"""ssetape's closed vocabularies, each spelled out here and nowhere else.
+
+Record modes, exchange states and outcomes are stored, printed and typed by users, so their
+values are part of the product; the ``x-ssetape-*`` headers are the words the proxy, the timed
+server and the test forwarder exchange. Everything else imports them from this module.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["ERROR_OUTCOMES", "INLINE_BODY", "ExchangeState", "Header", "Outcome", "RecordMode"]
+
+
+class RecordMode(StrEnum):
+    """VCR.py's record modes: what happens to a request the tape has no recording for."""
+
+    NONE = "none"  # replay only; a request not on the tape is a miss
+    ONCE = "once"  # record everything while the tape is empty, then as none
+    NEW_EPISODES = "new_episodes"  # replay hits, forward and record misses
+    ALL = "all"  # forward and record everything, replay nothing
+
+    @classmethod
+    def parse(cls, value: str, what: str = "record mode") -> RecordMode:
+        """The mode named ``value``; ValueError in one line naming the choices otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{what}: {value!r} is not one of {', '.join(cls.names())}") from None
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [m.value for m in cls]
+
+    def replays(self, *, tape_empty: bool) -> bool:
+        """Whether requests are answered from the tape (``once`` records an empty tape)."""
+        if self is RecordMode.ONCE:
+            return not tape_empty
+        return self in (RecordMode.NONE, RecordMode.NEW_EPISODES)
+
+    @property
+    def forwards_misses(self) -> bool:
+        """A request the tape does not have goes upstream instead of being a miss."""
+        return self is RecordMode.NEW_EPISODES
+
+
+class ExchangeState(StrEnum):
+    """How the transport of one exchange ended, as the recorder saw it."""
+
+    RECORDING = "recording"  # in flight
+    COMPLETED = "completed"
+    ABORTED = "aborted"  # the client went away
+    FAILED = "failed"  # no response
+    TRUNCATED = "truncated"  # the upstream cut the stream
+    INTERRUPTED = "interrupted"  # the recorder stopped first
+
+
+class Outcome(StrEnum):
+    """What the exchange itself said about how it ended (the stream's knowledge)."""
+
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"  # a token or length limit
+    REFUSED = "refused"
+    ERROR = "error"  # an error event after the stream started
+    UNRESOLVED = "unresolved"  # Responses' response_unresolved
+    HTTP_ERROR = "http_error"
+    ABORTED = "aborted"
+    CUT = "cut"  # the upstream cut it, or no terminal event
+    NO_RESPONSE = "no_response"
+    INTERRUPTED = "interrupted"
+    RECORDING = "recording"  # not over yet
+
+
+ERROR_OUTCOMES: frozenset[str] = frozenset(
+    {
+        Outcome.ERROR,
+        Outcome.UNRESOLVED,
+        Outcome.HTTP_ERROR,
+        Outcome.CUT,
+        Outcome.NO_RESPONSE,
+        Outcome.INTERRUPTED,
+    }
+)
+
+
+class Header(StrEnum):
+    """Headers ssetape adds: between the proxy and its timed server, between the test
+    forwarder and the cassette server, and on replay misses."""
+
+    EXCHANGE = "x-ssetape-exchange"  # the recording to play
+    T0 = "x-ssetape-t0"  # when the proxy had the whole request (time.time())
+    SPEED = "x-ssetape-speed"
+    TOKEN = "x-ssetape-token"  # only the proxy may ask the timed server for recordings
+    HOST = "x-ssetape-host"  # the host a forwarded request was meant for
+    MISS = "x-ssetape-miss"  # on a replay miss's 404
+
+    @property
+    def raw(self) -> bytes:
+        """The name as the replay servers read it (lower-case bytes)."""
+        return self.value.encode("ascii")
+
+
+# Request bodies up to this size are redacted, fingerprinted and matched on the event loop;
+# larger ones go to a worker thread so one upload never stalls every other stream.
+INLINE_BODY = 64 * 1024

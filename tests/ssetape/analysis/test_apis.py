@@ -1,0 +1,77 @@
+"""The registry of APIs: how an exchange's API is found, and that adding one is one entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ssetape.analysis import apis
+from ssetape.analysis.analyzer import Analyzer
+from ssetape.analysis.api_rules import ApiRules
+from ssetape.analysis.tally import Tally
+from ssetape.vocabulary import Outcome
+
+
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [
+        ("/v1/chat/completions", "chat_completions"),
+        ("/api/v1/chat/completions?x=1", "chat_completions"),  # an OpenRouter-style prefix
+        ("/openai/deployments/d/chat/completions/", "chat_completions"),
+        ("/v1/responses", "responses"),
+        ("/v1/messages", "messages"),
+        ("/v1/images/generations", "images"),
+        ("/v1/images/edits", "images"),
+        ("/v1/embeddings", "unknown"),
+    ],
+)
+def test_the_api_of_a_path(path: str, api: str) -> None:
+    assert apis.detect_api(path) == api
+
+
+def test_the_api_of_an_event_or_a_body_when_the_path_does_not_tell() -> None:
+    assert apis.api_of_event("response.created", {}) == "responses"
+    assert apis.api_of_event(None, {"type": "message_start"}) == "messages"
+    assert apis.api_of_event("image_generation.partial_image", {}) == "images"
+    assert apis.api_of_event(None, {"choices": []}) == "chat_completions"
+    # A typed event outranks a "choices" key.
+    assert apis.api_of_event("response.output_text.delta", {"choices": []}) == "responses"
+    assert apis.api_of_event(None, {"hello": 1}) == "unknown"
+    assert apis.api_of_body({"object": "response"}) == "responses"
+    assert apis.api_of_body({"type": "message"}) == "messages"
+    assert apis.api_names() == ["chat_completions", "responses", "messages", "images", "unknown"]
+
+
+def test_a_new_api_is_one_rules_object_and_one_registry_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
+        if kind == "echo.delta":
+            tally.text.append(str(ev.get("text", "")))
+            return True
+        if kind == "echo.done":
+            tally.end(Outcome.COMPLETED, "done")
+        return False
+
+    echo = ApiRules(
+        name="echo",
+        paths=("/v1/echo",),
+        event=event,
+        body=lambda tally, obj: None,
+        claims_event=lambda kind, obj: bool(kind) and str(kind).startswith("echo."),
+        claims_body=lambda obj: False,
+        no_terminal="The stream ended without echo.done.",
+    )
+    monkeypatch.setitem(apis.APIS, "echo", echo)
+    an = Analyzer(method="POST", path="/gateway/v1/echo", request_body=b'{"model": "e-1"}')
+    for seq, (name, data) in enumerate(
+        [("echo.delta", '{"text": "he"}'), (None, '{"type": "echo.delta", "text": "y"}')]
+    ):
+        an.feed(seq, 1000 * (seq + 1), name, data)
+    cut = an.finish(status=200, state="completed")
+    assert (cut.api, cut.model, cut.output_text, cut.ttft_us) == ("echo", "e-1", "hey", 1000)
+    assert [f.detail for f in cut.findings] == ["The stream ended without echo.done."]
+    an.feed(2, 3000, "echo.done", "{}")
+    done = an.finish(status=200, state="completed")
+    assert (done.outcome, done.reason, done.findings) == ("completed", "done", [])

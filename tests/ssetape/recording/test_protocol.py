@@ -1,0 +1,78 @@
+"""The vocabulary of the pipe between the proxy and its recording process, both directions."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from ssetape.recording.protocol import (
+    BEGIN,
+    CHUNK,
+    CLOSE,
+    CONFIG,
+    Counts,
+    FinalCounts,
+    Message,
+    Report,
+    WorkerConfig,
+    decode_report,
+    encode_frame,
+    encode_report,
+    read_frames,
+)
+
+
+def test_frames_carry_batches_as_they_were_sent() -> None:
+    batches: list[list[Message]] = [
+        [(CONFIG, WorkerConfig(db="x.db", max_pending=5, active=True))],
+        [(BEGIN, "u1", {"method": "POST"}), (CHUNK, "u1", 120, b"data: 1\n\n")],
+        [(CLOSE,)],
+    ]
+    pipe = io.BytesIO(b"".join(encode_frame(b) for b in batches))
+    assert list(read_frames(pipe)) == batches
+
+
+def test_a_cut_frame_ends_the_batches() -> None:
+    whole = encode_frame([(CLOSE,)])
+    assert list(read_frames(io.BytesIO(whole + whole[:-1]))) == [[(CLOSE,)]]
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        (Report.READY, True),
+        (Report.LOG, ["ssetape.recorder", 40, "boom"]),
+        (Report.DONE, ["u1", "u2"]),
+        (Report.COUNTS, Counts(events_recorded=3, last_error="disk full")),
+        (Report.FINAL, FinalCounts(exchanges_recorded=1, saved=False, last_failure="x")),
+    ],
+)
+def test_reports_read_back_as_sent(kind: Report, value: object) -> None:
+    line = encode_report(kind, value)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode_report(line) == (kind, value)
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (b"hello\n", "not a report: b'hello\\n'"),
+        (b'{"ready": true, "log": []}\n', "not a report"),
+        (b'{"gossip": 1}\n', "unknown report 'gossip'"),
+        (b'{"counts": {"events_stored": 1}}\n', "bad counts report"),
+    ],
+)
+def test_what_is_not_a_report_is_an_error_naming_it(line: bytes, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        decode_report(line)
+
+
+def test_counts_add_up_across_recording_processes() -> None:
+    a = Counts(events_recorded=5, events_lost=1, last_error="first")
+    b = Counts(events_recorded=2, exchanges_finished=1)
+    assert a.plus(b) == Counts(
+        events_recorded=7, events_lost=1, exchanges_finished=1, last_error="first"
+    )
+    assert a.plus(Counts(last_error="later")).last_error == "later"

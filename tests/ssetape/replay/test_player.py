@@ -1,0 +1,98 @@
+"""The player: recorded bytes back on a real socket, each piece at its recorded offset from
+offset zero, however late the request was handled, and a cut recording cut the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ssetape.replay.http_server import HttpServer
+from ssetape.replay.player import Player
+from ssetape.storage.store import Store
+from ssetape.storage.writer import Writer
+
+OFFSETS_MS = [0, 40, 40, 120, 250]  # two events in one read stay one write
+
+
+def record(store: Store, uid: str, *, state: str) -> None:
+    w = Writer(store)
+    w.start()
+    w.begin(
+        uid, started_at=datetime.now(UTC), method="POST", scheme="https", host="api.example",
+        port=443, path="/v1/x", query="", http_version="HTTP/1.1", request_headers=[],
+        request_body=b"{}", fingerprint="f" * 64,
+    )  # fmt: skip
+    headers = [["content-type", "text/event-stream"], ["transfer-encoding", "chunked"]]
+    w.update(uid, status=200, reason="OK", response_headers=headers, ttfb_us=20_000,
+             is_stream=True)  # fmt: skip
+    rows = [(i, ms * 1000, "message", str(i), None, b"data: %d\n\n" % i)
+            for i, ms in enumerate(OFFSETS_MS)]  # fmt: skip
+    w.add_events(uid, rows)
+    w.finish(uid, state=state, duration_us=OFFSETS_MS[-1] * 1000)
+    assert w.flush()
+    w.close()
+
+
+async def replay(player: Player, xid: int, speed: float, late: float) -> list[tuple[float, bytes]]:
+    """Play exchange ``xid`` to a real client; ``late``: how long before the request was
+    handled its offset zero was (the proxy measured it)."""
+    t0 = time.time() - late
+
+    async def respond(writer: asyncio.StreamWriter, line: list[bytes], *_: object) -> bool:
+        return await player.play_recording(writer, line[0], xid, t0, speed)
+
+    server = HttpServer(respond)
+    port = await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    got: list[tuple[float, bytes]] = []
+    while data := await reader.read(65536):  # until the server closes
+        got.append((time.time() - t0, data))
+    writer.close()
+    await server.stop()
+    return got
+
+
+@pytest.fixture
+def player(tmp_path: Path) -> Player:
+    store = Store.open(str(tmp_path / "t.db"))
+    record(store, "a" * 32, state="completed")
+    record(store, "b" * 32, state="truncated")
+    return Player(store)
+
+
+def test_pieces_arrive_at_their_offsets_from_offset_zero(player: Player) -> None:
+    got = asyncio.run(replay(player, 1, speed=1.0, late=0.03))
+    body = b"".join(d for _, d in got)
+    assert body.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+    assert body.endswith(b"0\r\n\r\n") and body.count(b"data: ") == 5
+    # Offsets count from when the request was complete, not from when it was handled; no
+    # event comes before the head (recorded 20 ms in).
+    for i, ms in enumerate(OFFSETS_MS):
+        at = next(at for at, data in got if b"data: %d\n" % i in data)
+        due = max(ms, 20) / 1000
+        assert due - 0.005 <= at <= due + 0.05, (i, at, due)
+    # Events that arrived in one read are written at once, as recorded.
+    assert any(b"data: 1\n\ndata: 2\n\n" in data for _, data in got)
+
+
+def test_speed_zero_is_everything_at_once_and_two_is_twice_as_fast(player: Player) -> None:
+    instant = asyncio.run(replay(player, 1, speed=0, late=0))
+    assert instant[-1][0] < 0.1
+    fast = asyncio.run(replay(player, 1, speed=2, late=0))
+    assert 0.125 - 0.005 <= fast[-1][0] <= 0.125 + 0.05
+
+
+def test_a_cut_recording_is_cut_on_replay(player: Player) -> None:
+    got = asyncio.run(replay(player, 2, speed=0, late=0))
+    body = b"".join(d for _, d in got)
+    assert body.count(b"data: ") == 5 and not body.endswith(b"0\r\n\r\n")
+
+
+def test_a_missing_recording_is_an_error_answer(player: Player) -> None:
+    got = asyncio.run(replay(player, 99, speed=0, late=0))
+    assert b"".join(d for _, d in got).startswith(b"HTTP/1.1 500 Error")
