@@ -54,11 +54,16 @@ class _Deflate:
 
     def __init__(self) -> None:
         self._d: Any = None
+        self._head = b""  # the first byte, until the second one says which kind it is
 
     def decompress(self, data: bytes) -> bytes:
         if self._d is None:
+            data = self._head + data
+            if len(data) < 2:
+                self._head = data
+                return b""
             # A zlib header's first byte is 0x?8 (method 8) and the pair is a multiple of 31.
-            wrapped = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+            wrapped = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
             self._d = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
         out: bytes = self._d.decompress(data)
         return out

@@ -39,6 +39,9 @@ def test_streams_decode_chunk_by_chunk(encoding: str) -> None:
     assert d is not None
     out = b"".join(d.decompress(wire[i : i + 7]) for i in range(0, len(wire), 7))
     assert out == TEXT
+    one_by_one = decoder(encoding)  # a header split across chunks too
+    assert one_by_one is not None
+    assert b"".join(one_by_one.decompress(wire[i : i + 1]) for i in range(len(wire))) == TEXT
     assert decode(wire, encoding) == TEXT
 
 

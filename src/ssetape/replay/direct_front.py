@@ -12,6 +12,7 @@ Forward mode, HTTPS interception and the record modes that forward keep using mi
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -134,6 +135,10 @@ def run_front(
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
         front = DirectFront(store, index, upstream, speed)
         front.preload()
+        # What exists now (modules, the loaded tape) lives as long as the process: full
+        # collections, which stall every timer while they run, skip it.
+        gc.collect()
+        gc.freeze()
         asyncio.run(front.serve(host, port, on_ready))
     finally:
         store.close()

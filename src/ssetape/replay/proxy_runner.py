@@ -9,7 +9,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from mitmproxy import exceptions
+from mitmproxy import ctx, exceptions
 from mitmproxy.hooks import ConfigureHook
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
@@ -28,8 +28,6 @@ class _Ready:
         self._callback = callback
 
     def running(self) -> None:
-        from mitmproxy import ctx
-
         addrs = ctx.master.addons.get("proxyserver").listen_addrs()
         if addrs:
             host, port = addrs[0][0], addrs[0][1]

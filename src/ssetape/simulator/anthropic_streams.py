@@ -1,7 +1,9 @@
 """Event builder for the Anthropic Messages endpoint.
 
-Follows the seed contract (``seeds/``) and the wire format that the official
-``anthropic`` SDK parses; see :mod:`ssetape.simulator.scenario` for the scenario keywords.
+Follows the gateway's "Streaming events" sequence for Messages (``message_start``, content
+blocks with their deltas, ``message_delta`` with the stop reason and usage, ``message_stop``,
+``ping`` between) and the wire format the official ``anthropic`` SDK parses; see
+:mod:`ssetape.simulator.scenario` for the scenario keywords.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Event builders for the OpenAI-style endpoints: Chat Completions, Responses, Images.
 
-Formats follow the seed contract (``seeds/``) and the wire format that the official
-``openai`` SDK parses; :mod:`ssetape.simulator.scenario` documents the scenario keywords.
+Formats follow the sequences of the gateway ssetape was first built for (its "Streaming
+events" document: a role delta, content deltas, a finish_reason chunk, a usage chunk when
+asked, ``data: [DONE]``; Responses from ``response.created`` to one terminal) and the wire
+format the official ``openai`` SDK parses; :mod:`ssetape.simulator.scenario` documents the
+scenario keywords.
 """
 
 from __future__ import annotations

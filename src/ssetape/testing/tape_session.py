@@ -198,6 +198,8 @@ class TapeSession:
     @property
     def ca_file(self) -> str:
         """mitmproxy's CA certificate: trust it for HTTPS through ``proxy_url``."""
+        # Only here: replaying through ``base_url`` needs no mitmproxy at all (issue 15's
+        # test environments may not have it).
         from mitmproxy.certs import CertStore
 
         pem = self.confdir / "mitmproxy-ca-cert.pem"

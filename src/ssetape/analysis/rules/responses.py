@@ -1,8 +1,10 @@
-"""Rules of the OpenAI Responses API, as the seed gateway's contract states them.
+"""Rules of the OpenAI Responses API, as the gateway ssetape was first built for states them.
 
-Seed 001 lists the Responses vocabulary this gateway sends and the events it never sends
-(declared by the Open Responses schema): those get a ``never_arrives`` finding. The stream
-ends with ``response.completed``, ``.incomplete``, ``.failed`` or an ``error`` event.
+That gateway's "Stream events" document lists every event a stream can send, in order: exactly
+one terminal (``response.completed``, ``.failed``, ``.incomplete``, or ``error`` with code
+``response_unresolved``) ends it and nothing follows; unknown names are informational. It also
+lists "Events that never arrive": declared by the Open Responses schema, never sent by it;
+those get a ``never_arrives`` finding.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ RESPONSES_EVENTS = frozenset({
     "response.completed", "response.failed", "response.incomplete", "error",
 })
 # fmt: on
-# Seed 001, "Events that never arrive": declared by the Open Responses schema, never sent here.
+# "Events that never arrive" (the gateway's stream events document): what to read instead.
 NEVER_ARRIVES = {
     "response.queued": "Streams open with response.created and response.in_progress; "
     "read response.created as the start.",
