@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.options import add_store_options, default_db, open_store, store_redactor
@@ -58,6 +58,18 @@ def end_state(msg: str, has_response: bool) -> str:
     return ExchangeState.TRUNCATED if has_response else ExchangeState.FAILED
 
 
+def store_timeout(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0.1 <= seconds <= 3600:
+        raise exceptions.OptionsError(
+            f"ssetape_store_timeout: {value!r} is not a number of seconds between 0.1 and 3600"
+        )
+    return seconds
+
+
 def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -82,6 +94,14 @@ class Recorder:
             "Record exchanges that pass through the proxy (off: pass traffic through untouched).",
         )
         loader.add_option(
+            "ssetape_store_timeout",
+            str,
+            "5",
+            "Seconds a store write may take (a lock wait, a silent database or network) before "
+            "it counts as failed and is retried; what is queued meanwhile is kept up to "
+            "ssetape_max_pending rows.",
+        )
+        loader.add_option(
             "ssetape_max_pending",
             int,
             1_000_000,
@@ -99,7 +119,8 @@ class Recorder:
     def configure(self, updated: set[str]) -> None:
         if not ctx.options.ssetape_record:
             return
-        if self.store is None or "ssetape_db" in updated:
+        deadline = store_timeout(ctx.options.ssetape_store_timeout)
+        if self.store is None or updated & {"ssetape_db", "ssetape_store_timeout"}:
             # Opened here too: a bad target is an option error (and the old store stays),
             # and migrations run once.
             store = open_store(ctx.options.ssetape_db)
@@ -108,6 +129,7 @@ class Recorder:
             self.link = RecordLink(
                 ctx.options.ssetape_db or default_db(),
                 max_pending=max(1, ctx.options.ssetape_max_pending),
+                deadline=deadline,
                 # Beside the replayer, a replay-only session must leave its tape untouched.
                 active="ssetape_record_mode" not in ctx.options,
             )

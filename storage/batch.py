@@ -6,6 +6,8 @@ Batch only turns a list of ops into as few statements as possible and runs them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, func, insert, select, update
@@ -35,6 +37,21 @@ def fields(payload: dict[str, Any]) -> dict[str, Any]:
     if unknown:  # names only: values may be traffic contents
         raise ValueError(f"unknown or read-only Exchange field(s): {', '.join(sorted(unknown))}")
     return payload
+
+
+def _no_nul(value: Any) -> Any:
+    """PostgreSQL text cannot hold NUL: U+FFFD stands in for it. Only in text columns: the
+    exact bytes of every event stay in ``raw`` (bytea), which replay and export use."""
+    return value.replace("\0", "\ufffd") if isinstance(value, str) and "\0" in value else value
+
+
+def _ignore(_: Any) -> None:
+    pass
+
+
+def _clean_event(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    seq, offset, event, data, sse_id, raw = row
+    return (seq, offset, _no_nul(event), _no_nul(data), _no_nul(sse_id), raw)
 
 
 class BatchSql:
@@ -90,18 +107,33 @@ class Batch:
         self.rows: dict[int, list[tuple[Any, ...]]] = {kind: [] for kind in TABLES}
         self.new = 0  # exchange rows inserted
 
-    def apply(self, engine: Engine, sql: BatchSql, *, careful: bool = False) -> None:
+    def apply(
+        self,
+        engine: Engine,
+        sql: BatchSql,
+        *,
+        careful: bool = False,
+        guard: Callable[[], AbstractContextManager[Callable[[Any], None]]] | None = None,
+    ) -> None:
         """One transaction: one INSERT per new exchange, one executemany (PostgreSQL:
         COPY) per row kind, and one UPDATE per touched exchange (merged fields plus
         the event_count increment).
 
         ``careful`` makes it safe to repeat after a commit whose outcome was
         unknown (connection lost during COMMIT): duplicate rows are skipped and
-        event_count is recounted instead of incremented.
+        event_count is recounted instead of incremented. ``guard`` times the whole
+        transaction, commit included, and is told its DBAPI connection (the writer's
+        deadline watchdog).
         """
         known, ids, updates = self.known, self.ids, self.updates
         counts = {uid: len(rs) for (kind, uid), rs in self.row_ops.items() if kind == EVENTS_OP}
-        with engine.begin() as conn:
+        if not sql.is_sqlite:
+            for values in (*self.begins.values(), *updates.values()):
+                for k, v in values.items():
+                    values[k] = _no_nul(v)
+        timed = guard() if guard is not None else nullcontext(_ignore)
+        with timed as attach, engine.begin() as conn:
+            attach(conn.connection.driver_connection)
             # Exchanges without a known id: begun before a retry whose outcome
             # was unknown, finished already (late ops), or by an earlier writer.
             missing = (
@@ -123,6 +155,8 @@ class Batch:
                 if xid is None:
                     self.dropped.append((kind, uid, payload))
                     counts.pop(uid, None)
+                elif kind == EVENTS_OP and not sql.is_sqlite:
+                    self.rows[kind] += [(xid, *_clean_event(r)) for r in payload]
                 else:
                     self.rows[kind] += [(xid, *r) for r in payload]
             for kind, kind_rows in self.rows.items():

@@ -114,7 +114,10 @@ class Exchange(Base):
     ttfb_us: Mapped[int | None] = mapped_column(BigInteger)
     duration_us: Mapped[int | None] = mapped_column(BigInteger)
     event_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    recorder: Mapped[str | None] = mapped_column(String)
+    recorder: Mapped[str | None] = mapped_column(String, index=True)
+    # The first event seq the recording misses (the proxy or the store dropped it, or the
+    # store file went away): replay stops there unless told to serve the gaps. Migration 0003.
+    gap_seq: Mapped[int | None] = mapped_column(Integer)
 
     # Stream knowledge (migration 0002), derived by ssetape.analysis.knowledge from the
     # events; all NULL until analysed (`ssetape reindex` fills old rows).

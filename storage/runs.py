@@ -38,8 +38,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ssetape.recorder_id import RecorderId
+from ssetape.storage.engine import SQLITE_BEGIN, check_writable, one_line
 from ssetape.storage.models import Exchange, RecorderRun
-from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
+from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
 
 log = logging.getLogger("ssetape.storage")
@@ -123,6 +124,8 @@ class Runs:
             **dataclasses.asdict(counts),
         }
         changed = {k: v for k, v in values.items() if k not in ("recorder", "started_at")}
+        if self.store.path is not None:
+            check_writable(self.store.path)
         insert = sqlite_insert if self.store.is_sqlite else pg_insert
         stmt = insert(_RUNS).values(values)
         stmt = stmt.on_conflict_do_update(index_elements=[_RUNS.c.recorder], set_=changed)

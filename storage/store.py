@@ -8,10 +8,7 @@ queries the CLI, the replayer and the tests need.
 from __future__ import annotations
 
 import importlib.resources
-import os
 import secrets
-import sqlite3
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
@@ -20,158 +17,36 @@ import orjson
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, Select, create_engine, event, inspect, select, text, update
+from sqlalchemy import Engine, Select, inspect, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
-from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from ssetape.redactor import Redactor
+from ssetape.storage.engine import (
+    SQLITE_BEGIN,
+    StoreError,
+    create_store_engine,
+    one_line,
+    prepare_sqlite_file,
+    resolve_target,
+)
 from ssetape.storage.models import Chunk, Event, Exchange, Setting
 from ssetape.vocabulary import ExchangeState
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-# Execution option read by the SQLite "begin" listener: "IMMEDIATE" takes the
-# write lock up front, so a transaction never fails half-way on lock upgrade.
-SQLITE_BEGIN = "ssetape_sqlite_begin"
+__all__ = ["Store", "StoreError", "alembic_config"]
 
 # pg_advisory_xact_lock key serialising migrations of a fleet of recorders
 # that start at once (the bytes of "ssetape1" as a signed 64-bit integer).
 _MIGRATION_LOCK_KEY = int.from_bytes(b"ssetape1", "big", signed=True)
 
 
-class StoreError(RuntimeError):
-    """A store problem the user can act on; the message is one line saying what to do."""
-
-
-def one_line(exc: BaseException) -> str:
-    """The database's own message, first line only, without SQL or parameters."""
-    orig = exc.orig if isinstance(exc, DBAPIError) else exc
-    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
-    msg = lines[0] if lines else type(orig).__name__
-    return msg[:300]
-
-
-def _json_dumps(obj: Any) -> str:
-    return orjson.dumps(obj).decode()
-
-
-def _sqlite_on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
-    # Hand transaction control to the "begin" listener below: pysqlite's own
-    # implicit BEGIN is skipped for DDL and SELECT, which would leave
-    # migrations non-transactional and make IMMEDIATE transactions impossible.
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    try:
-        # busy_timeout first, so switching to WAL also waits for other processes.
-        cur.execute("PRAGMA busy_timeout = 5000")
-        if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            _enable_wal(cur)
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.execute("PRAGMA foreign_keys = ON")
-        # The Writer checkpoints when it goes idle, so bursts do not pay for
-        # it; this only bounds the WAL (64 MiB) under sustained load.
-        cur.execute("PRAGMA wal_autocheckpoint = 16384")
-        cur.execute("PRAGMA journal_size_limit = 67108864")
-    finally:
-        cur.close()
-
-
-def _enable_wal(cur: Any) -> None:
-    # Switching a fresh file to WAL can fail with "database is locked" at once,
-    # without the busy handler, when several processes open it together.
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            cur.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
-def _sqlite_on_begin(conn: Connection) -> None:
-    mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
-    conn.exec_driver_sql(f"BEGIN {mode}")
-
-
 def alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(importlib.resources.files("ssetape.migrations")))
     return config
-
-
-def _resolve_target(target: str) -> tuple[URL, Path | None]:
-    """Turn a --db value (URL or file path) into a URL and, for SQLite files, the path."""
-    if "://" not in target:
-        path = Path(target).expanduser()
-        return URL.create("sqlite+pysqlite", database=str(path)), path
-    try:
-        url = make_url(target)
-    except ArgumentError:
-        # Never echo the target: it may carry a password.
-        raise StoreError(
-            "invalid database URL (expected e.g. sqlite:///file.db or "
-            "postgresql+psycopg://user@host/db)"
-        ) from None
-    if url.drivername in ("postgresql", "postgres"):
-        # Only psycopg 3 is a dependency; SQLAlchemy would default to psycopg2.
-        url = url.set(drivername="postgresql+psycopg")
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        db = url.database or ""
-        if db in ("", ":memory:") or db.startswith("file:"):
-            return url, None
-        return url, Path(db).expanduser()
-    if backend != "postgresql":
-        raise StoreError(
-            f"unsupported database {backend!r}: use an SQLite file path or a "
-            "postgresql+psycopg:// URL"
-        )
-    return url, None
-
-
-def _prepare_sqlite_file(path: Path, *, create: bool) -> None:
-    """Check (or create, mode 0600) an SQLite file before SQLAlchemy touches it."""
-    if path.is_dir():
-        raise StoreError(f"{path} is a directory, not an SQLite database file (check --db)")
-    if path.exists():
-        try:
-            with path.open("rb") as f:
-                header = f.read(len(SQLITE_MAGIC))
-        except PermissionError:
-            raise StoreError(
-                f"cannot read {path}: permission denied (check its permissions)"
-            ) from None
-        # An empty file is a valid empty database (SQLite initialises it).
-        if header and header != SQLITE_MAGIC:
-            raise StoreError(f"{path} is not an SQLite database")
-        return
-    if not create:
-        raise StoreError(f"no ssetape database at {path} (record something first, or check --db)")
-    parent = path.absolute().parent
-    if not parent.is_dir():
-        raise StoreError(
-            f"cannot create {path}: directory {parent} does not exist (create it, or check --db)"
-        )
-    try:
-        # Created here, not by SQLite, so recorded traffic is private from the
-        # first byte; SQLite gives the -wal and -shm files the same mode.
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return  # another process created it first: fine
-    except PermissionError:
-        raise StoreError(
-            f"cannot create {path}: directory {parent} is not writable "
-            "(fix its permissions, or choose another --db)"
-        ) from None
-    except OSError as exc:
-        raise StoreError(f"cannot create {path}: {exc.strerror} (check --db)") from None
-    os.close(fd)
 
 
 class Store:
@@ -191,17 +66,26 @@ class Store:
     # -- opening ---------------------------------------------------------------
 
     @classmethod
-    def open(cls, target: str, *, create: bool = True, migrate: bool = True) -> Self:
+    def open(
+        cls,
+        target: str,
+        *,
+        create: bool = True,
+        migrate: bool = True,
+        deadline: float | None = None,
+    ) -> Self:
         """Open (and migrate) the store at an SQLAlchemy URL or an SQLite file path.
 
         ``migrate=False``: the caller knows it is migrated; nothing connects until first use
-        (a recording process must start even while its database is down)."""
-        url, path = _resolve_target(target)
+        (a recording process must start even while its database is down). ``deadline``:
+        seconds any statement, lock wait or connection attempt may take (see
+        ``storage.engine``)."""
+        url, path = resolve_target(target)
         if path is not None:
-            _prepare_sqlite_file(path, create=create)
+            prepare_sqlite_file(path, create=create)
         where = str(path) if path is not None else url.render_as_string(hide_password=True)
         try:
-            engine = cls._create_engine(url)
+            engine = create_store_engine(url, deadline)
         except ImportError as exc:
             raise StoreError(
                 f"database driver for {url.drivername} is not installed ({exc.name}): "
@@ -228,33 +112,6 @@ class Store:
             engine.dispose()
             raise StoreError(f"cannot migrate {where}: {store._redact(one_line(exc))}") from None
         return store
-
-    @staticmethod
-    def _create_engine(url: URL) -> Engine:
-        common: dict[str, Any] = {
-            "json_serializer": _json_dumps,
-            "json_deserializer": orjson.loads,
-            # Parameters are request/response contents: keep them out of
-            # exception messages, which end up in logs.
-            "hide_parameters": True,
-        }
-        if url.get_backend_name() == "sqlite":
-            db = url.database or ""
-            if db in ("", ":memory:"):
-                # One shared connection, or every pooled connection would see
-                # its own empty in-memory database.
-                common["poolclass"] = StaticPool
-                common["connect_args"] = {"check_same_thread": False}
-            engine = create_engine(url, **common)
-            event.listen(engine, "connect", _sqlite_on_connect)
-            event.listen(engine, "begin", _sqlite_on_begin)
-            return engine
-        if "connect_timeout" not in url.query:
-            # A blackholed host would otherwise hang `ssetape` for minutes.
-            common["connect_args"] = {"connect_timeout": 10}
-        # pre_ping: after a server restart, stale pooled connections are
-        # replaced instead of failing the writer's next batch.
-        return create_engine(url, pool_pre_ping=True, **common)
 
     def _redact(self, msg: str) -> str:
         if self._password:

@@ -1,22 +1,23 @@
 """Background writer: the only code that writes recorded traffic to the store.
 
-The recording process calls it between batches from the proxy, so every public
-method only puts a tuple on a ``queue.SimpleQueue`` (plus a counter update under
-a lock that never covers I/O): parsing never waits for the database. A daemon
-thread drains the queue and commits one transaction per batch: at most
-``flush_interval`` old or ``max_batch`` rows.
+The recording process calls it between batches from the proxy, so every public method only
+puts a tuple on a ``queue.SimpleQueue`` (plus a counter update under a lock that never covers
+I/O): parsing never waits for the database. A daemon thread drains the queue and commits one
+transaction per batch: at most ``flush_interval`` old or ``max_batch`` rows.
 
-Failure policy: callers never see an exception and are never blocked. A
-database that is down, locked or full is retried with backoff, keeping what is
-queued up to ``max_pending`` rows (beyond that new rows are dropped and
-counted). A batch the database rejects (bad values, duplicates) is retried op
-by op, so a bad op costs only itself. One log line per failure episode.
+Failure policy: callers never see an exception and are never blocked. Every row ends stored
+or counted dropped (``storage.ledger``). A database that is down, locked, full, read-only or
+silent past its deadline is retried with backoff, keeping what is queued up to
+``max_pending`` rows (beyond that new rows are dropped and counted). A batch the database
+rejects (bad values) is retried op by op and row by row, so a bad row costs only itself. An
+SQLite file deleted or replaced under the writer is started afresh at its path, and what went
+with the old file is counted. One log line per failure episode. An exchange that lost rows
+says so: its ``error`` names how many and ``gap_seq`` the first one missing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import queue
 import threading
@@ -41,32 +42,22 @@ from ssetape.storage.batch import (
     BatchSql,
     Op,
 )
-from ssetape.storage.store import SQLITE_BEGIN, Store, one_line
+from ssetape.storage.engine import SQLITE_BEGIN, StoreUnwritable, one_line
+from ssetape.storage.ledger import Ledger, WriterStats
+from ssetape.storage.store import Store
+from ssetape.storage.store_file import StoreFile
+from ssetape.storage.watchdog import Watchdog
 from ssetape.vocabulary import ExchangeState
+
+__all__ = ["Writer", "WriterStats"]
 
 log = logging.getLogger("ssetape.storage")
 
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _REJECT_LOG_INTERVAL = 60.0
 _CHECKPOINT_ROWS = 5_000
-_TRANSIENT = frozenset(("OperationalError", "InterfaceError", "TimeoutError"))
-
-
-@dataclasses.dataclass
-class WriterStats:
-    exchanges: int = 0  # exchange rows inserted
-    events: int = 0  # event rows committed
-    chunks: int = 0  # chunk rows committed
-    batches: int = 0  # transactions committed
-    failed_batches: int = 0  # transactions that failed (each retry counts)
-    dropped_events: int = 0  # never stored: queue full, rejected, exchange unknown, closed
-    dropped_chunks: int = 0
-    dropped_exchanges: int = 0  # begun but never stored (their rows are dropped too)
-    last_error: str | None = None
-
-
-def _cost(op: Op) -> int:
-    return len(op[2]) if op[0] in ROWS else 1
+_TRANSIENT = frozenset(("OperationalError", "InterfaceError", "TimeoutError", "StoreUnwritable"))
+LOST_WITH_FILE = "events recorded before the store file was deleted or replaced went with it"
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -94,8 +85,11 @@ class Writer:
         flush_interval: float = 0.05,
         max_batch: int = 10_000,
         max_pending: int = 1_000_000,
+        deadline: float | None = None,
         on_finished: Callable[[list[tuple[int, str]]], object] | None = None,
     ) -> None:
+        """``deadline``: seconds a statement may go unanswered before its connection is
+        dropped (PostgreSQL; the store should be opened with the same deadline)."""
         self._store = store
         # Called in this thread with the (id, uid) of exchanges whose finish was
         # committed, before flush() waiters are released (the stream analysis).
@@ -111,18 +105,19 @@ class Writer:
         self._sql = BatchSql(store.engine, is_sqlite=store.is_sqlite)
         self._interval = flush_interval
         self._max_batch = max_batch
-        self._max_pending = max_pending
+        self._ledger = Ledger(max_pending)
         self._q: queue.SimpleQueue[Op] = queue.SimpleQueue()
         # Set by flush() and close(): commit what is queued now, do not let the batch fill.
         self._hurry = threading.Event()
-        self._lock = threading.Lock()  # guards the fields below; never held during I/O
-        self._stats = WriterStats()
-        self._pending = 0  # rows (and exchange ops) accepted, not yet committed or dropped
-        self._dead: set[str] = set()  # uids whose exchange row will never exist
-        self._closed = False
-        self._overflowing = False
+        self._file = StoreFile(store) if store.path is not None else None
+        # A statement the server cannot answer in time fails there; one it never hears
+        # (a silent network) is cut here, a little later.
+        self._watchdog = (
+            Watchdog(deadline + 1.0) if deadline is not None and not store.is_sqlite else None
+        )
         # Writer-thread state.
         self._ids: dict[str, int] = {}  # uid -> exchanges.id until finished
+        self._fields: dict[str, dict[str, Any]] = {}  # their committed fields, to begin again
         self._thread: threading.Thread | None = None
         self._deadline: float | None = None
         self._failing = 0  # failed attempts in the current outage
@@ -153,8 +148,7 @@ class Writer:
 
     def finish(self, uid: str, **fields: object) -> None:
         self._put(FINISH, uid, fields, 1)
-        with self._lock:
-            self._dead.discard(uid)
+        self._ledger.revive(uid)
 
     def hurry(self) -> None:
         """Commit what is queued now instead of letting the batch fill: the caller has
@@ -167,60 +161,43 @@ class Writer:
         For tests and shutdown: it blocks, so never while batches are waiting.
         """
         if self._thread is None or not self._thread.is_alive():
-            with self._lock:
-                return self._pending == 0
+            return self._ledger.idle()
         done = threading.Event()
         self._q.put((FLUSH, "", done))
         self._hurry.set()
         return done.wait(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Commit what is queued (trying for at most ``timeout``), then stop the thread."""
-        with self._lock:
-            if self._closed:
+        """Commit what is queued (trying for at most ``timeout``), then stop the thread.
+        Whatever is not committed by then is counted lost, even if the thread is stuck."""
+        with self._ledger.lock:
+            if self._ledger.closed:
                 return
-            self._closed = True
+            self._ledger.closed = True
         self._deadline = time.monotonic() + timeout
         self._q.put((STOP, "", None))
         self._hurry.set()
         if self._thread is not None:
             self._thread.join(timeout + 1.0)
+            if self._thread.is_alive():
+                events, chunks = self._ledger.abandon()
+                log.error(
+                    f"ssetape storage: {self._store.url} did not answer within {timeout:g} s "
+                    f"of stopping; {events} events and {chunks} chunks not stored"
+                )
+        if self._watchdog is not None:
+            self._watchdog.close()
 
     @property
     def stats(self) -> WriterStats:
-        with self._lock:
-            return dataclasses.replace(self._stats)
+        return self._ledger.snapshot()
 
     def _put(self, kind: int, uid: str, payload: Any, cost: int) -> None:
-        with self._lock:
-            if not self._closed and uid not in self._dead:
-                # Updates and finishes of a live exchange are never capped: they
-                # are few, and a lost finish would leave it "recording" forever.
-                if self._pending + cost <= self._max_pending or kind in (UPDATE, FINISH):
-                    self._pending += cost
-                    self._q.put((kind, uid, payload))  # SimpleQueue.put never blocks
-                    return
-                self._overflowing = True
-                if kind == BEGIN:
-                    self._dead.add(uid)
-            self._count_dropped(kind, cost)
-
-    def _count_dropped(self, kind: int, n: int) -> None:  # with self._lock held
-        if kind == EVENTS_OP:
-            self._stats.dropped_events += n
-        elif kind == CHUNKS_OP:
-            self._stats.dropped_chunks += n
-        elif kind == BEGIN:
-            self._stats.dropped_exchanges += n
+        if self._ledger.admit(kind, uid, cost, payload):
+            self._q.put((kind, uid, payload))  # SimpleQueue.put never blocks
 
     def _drop(self, op: Op, *, dead: bool = False) -> None:
-        with self._lock:
-            self._count_dropped(op[0], _cost(op))
-            self._pending -= _cost(op)
-            if op[0] == FINISH:
-                self._dead.discard(op[1])
-            elif dead:
-                self._dead.add(op[1])
+        self._ledger.dropped(op, dead=dead)
 
     # -- writer thread -------------------------------------------------------
 
@@ -229,8 +206,7 @@ class Writer:
             self._loop()
         except BaseException:  # a bug must be visible, not a silently dead thread
             log.exception("ssetape storage: writer thread crashed; traffic is no longer stored")
-            with self._lock:
-                self._closed = True
+            self._ledger.abandon()
 
     def _loop(self) -> None:
         ops: list[Op] = []
@@ -271,6 +247,8 @@ class Writer:
     def _checkpoint(self) -> None:
         """Copy the WAL into the database file while nothing is queued (SQLite)."""
         try:
+            if self._file is not None:
+                self._file.check_writable()
             with self._engine.connect() as conn:
                 # PASSIVE never waits for readers or writers. On the raw
                 # connection: through SQLAlchemy it would run inside a BEGIN.
@@ -290,6 +268,7 @@ class Writer:
         delay = _BACKOFF_FIRST
         while batch:
             try:
+                self._check_file()
                 try:
                     self._commit(batch)
                     batch = []
@@ -302,6 +281,11 @@ class Writer:
                 if not _is_transient(exc):
                     raise
                 self._note_failure(exc, outage=True)
+                if self._file is not None and not isinstance(exc, StoreUnwritable):
+                    # A connection that opened the file read-only, or on a disk that went
+                    # away, stays that way: the next attempt opens it again. (Not while the
+                    # file is read-only: closing a connection writes to its mapped memory.)
+                    self._file.refresh()
                 if self._deadline is not None:
                     left = self._deadline - time.monotonic()
                     if left <= 0:
@@ -310,17 +294,18 @@ class Writer:
                     delay = min(delay, left)
                 time.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX)
-            with self._lock:
-                over, self._overflowing = self._overflowing, False
+            over, self._ledger.overflowing = self._ledger.overflowing, False
             if over and not self._overflow_logged:
                 log.warning(
-                    f"ssetape storage: more than {self._max_pending} rows waiting for "
+                    f"ssetape storage: more than {self._ledger.max_pending} rows waiting for "
                     f"{self._store.url}; dropping new events until it catches up"
                 )
             self._overflow_logged = over
         if self._finished and self._on_finished is not None:
             finished, self._finished = self._finished, []
             try:
+                if self._file is not None:
+                    self._file.check_writable()
                 self._on_finished(finished)
             except Exception as exc:  # derived data only: `ssetape reindex` can redo it
                 log.warning(
@@ -331,9 +316,9 @@ class Writer:
             done.set()
 
     def _commit_one_by_one(self, batch: list[Op]) -> None:
-        """After the database rejected a batch: one transaction per op, so only the
-        rejected ops are lost. Done ops leave ``batch`` at once, so a transient
-        error raised from here makes the caller retry only the rest."""
+        """After the database rejected a batch: one transaction per op, and per row of a
+        rejected op, so only the rejected rows are lost. Done work leaves ``batch`` at
+        once, so a transient error raised from here makes the caller retry only the rest."""
         rejected: list[str] = []
         while batch:
             op = batch[0]
@@ -342,8 +327,22 @@ class Writer:
             except Exception as exc:
                 if _is_transient(exc):
                     raise
-                rejected.append(_describe(exc))
-                self._drop(op, dead=op[0] == BEGIN)
+                if op[0] in ROWS and len(op[2]) > 1:
+                    rows = list(op[2])
+                    while rows:  # row by row: one bad row never takes its neighbours down
+                        one = (op[0], op[1], rows[:1])
+                        try:
+                            self._commit([one], careful=True)
+                        except Exception as row_exc:
+                            if _is_transient(row_exc):
+                                batch[0] = (op[0], op[1], rows)
+                                raise
+                            rejected.append(_describe(row_exc))
+                            self._drop(one)
+                        rows.pop(0)
+                else:
+                    rejected.append(_describe(exc))
+                    self._drop(op, dead=op[0] == BEGIN)
             batch.pop(0)
         now = time.monotonic()
         if rejected and now - self._last_reject_log >= _REJECT_LOG_INTERVAL:
@@ -367,44 +366,75 @@ class Writer:
                 f"ssetape storage: closed while {self._store.url} was unavailable; "
                 f"{lost[0]} events and {lost[1]} chunks were not stored"
             )
+        with contextlib.suppress(Exception):  # what the last batches went into counts too
+            self._check_file()
 
     def _note_failure(self, exc: BaseException, *, outage: bool = False) -> None:
         msg = _describe(exc)
-        with self._lock:
-            self._stats.failed_batches += 1
-            self._stats.last_error = msg
+        self._ledger.failed(msg)
         if outage and not self._failing:
             log.warning(
                 f"ssetape storage: cannot write to {self._store.url} ({msg}); traffic still "
-                f"flows, retrying with backoff and keeping up to {self._max_pending} queued rows"
+                f"flows, retrying with backoff and keeping up to {self._ledger.max_pending} "
+                "queued rows"
             )
         self._failing += outage
 
+    def _check_file(self) -> None:
+        """An SQLite store file deleted or replaced: start a fresh one at the path, count
+        what went with the old one, and begin the open exchanges again in the new one."""
+        why = self._file.vanished() if self._file is not None else None
+        if self._file is not None:
+            self._file.check_writable()
+        if why is None or self._file is None:
+            return
+        self._file.recreate()  # a failure here is an outage like any other: retried
+        self._ids.clear()  # ids of the old file
+        ops: list[Op] = [
+            (BEGIN, uid, {**fields, "gap_seq": 0, "error": LOST_WITH_FILE})
+            for uid, fields in self._fields.items()
+        ]
+        batch = Batch(ops, {})
+        if ops:
+            batch.apply(self._engine, self._sql)
+        self._ids.update(batch.ids)
+        for uid in batch.ids:  # their finish must say it, and replay must stop at the start
+            self._ledger.gap(uid, 0, 0, LOST_WITH_FILE)
+        events, exchanges = self._ledger.file_lost(batch.new)
+        self._ledger.reopened(batch.new)
+        log.error(
+            f"ssetape storage: {self._file.path} {why} while recording; {events} events and "
+            f"{exchanges} exchanges went with it; recording goes on into a new "
+            f"{self._file.path}"
+        )
+
     def _commit(self, ops: list[Op], *, careful: bool = False) -> None:
         """Apply ``ops`` in one transaction (see Batch), then update ids and counters."""
+        ops = [self._ledger.annotated(op) if op[0] == FINISH else op for op in ops]
         batch = Batch(ops, self._ids)
-        batch.apply(self._engine, self._sql, careful=careful)
+        guard = self._watchdog.watching if self._watchdog is not None else None
+        batch.apply(self._engine, self._sql, careful=careful, guard=guard)
         known, ids, finished, dropped = self._ids, batch.ids, batch.finished, batch.dropped
-        rows, new, exchange_ops = batch.rows, batch.new, batch.exchange_ops
+        rows = batch.rows
         # Committed: only now may the id map and the counters change.
         known.update(ids)
+        for kind, uid, payload in ops:
+            if kind in (BEGIN, UPDATE) and uid in known:
+                self._fields.setdefault(uid, {}).update(payload)
         for uid in finished:
             xid = known.pop(uid, None)
+            self._fields.pop(uid, None)
             if xid is not None:
                 self._finished.append((xid, uid))
         for op in dropped:
             self._drop(op)
-        with self._lock:
-            self._pending -= exchange_ops + len(rows[EVENTS_OP]) + len(rows[CHUNKS_OP])
-            self._stats.batches += 1
-            self._stats.exchanges += new
-            self._stats.events += len(rows[EVENTS_OP])
-            self._stats.chunks += len(rows[CHUNKS_OP])
-            dropped_events = self._stats.dropped_events
-        self._unchecked += len(rows[EVENTS_OP]) + len(rows[CHUNKS_OP])
+        begins = sum(1 for op in ops if op[0] == BEGIN)
+        events, chunks = len(rows[EVENTS_OP]), len(rows[CHUNKS_OP])
+        self._ledger.committed(events, chunks, batch.exchange_ops, begins, batch.new)
+        self._unchecked += events + chunks
         if self._failing:
             log.warning(
                 f"ssetape storage: writing to {self._store.url} again after {self._failing} "
-                f"failed attempts ({dropped_events} events dropped so far)"
+                f"failed attempts ({self.stats.dropped_events} events dropped so far)"
             )
             self._failing = 0

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.live_analysis import content_type
+from ssetape.storage.engine import SQLITE_BEGIN
 from ssetape.storage.models import Event, Exchange, Finding
-from ssetape.storage.store import SQLITE_BEGIN, Store
+from ssetape.storage.store import Store
 
 log = logging.getLogger("ssetape.analysis.knowledge")
 

@@ -36,6 +36,7 @@ class Capture:
         self.error: str | None = None
         self.offset = 0  # of the latest chunk
         self.missing = 0  # bytes that never reached this capture (see gap)
+        self.gap_seq: int | None = None  # the first event the missing bytes belonged to
         self._skipping = False  # after a gap: until the next event starts
         self._carry = b""  # while skipping: the last bytes before the next chunk
         self._decoder: Decoder | None = None
@@ -57,6 +58,8 @@ class Capture:
         """``size`` bytes of the stream, ending in ``tail``, never arrived: resume at the
         next event (what the parser held is incomplete now), or give up if compressed."""
         self.missing += size
+        if self.gap_seq is None:
+            self.gap_seq = self._seq
         if self.error is not None:
             return
         if self._decoder is not None:
@@ -115,4 +118,6 @@ class Capture:
 
     def fail(self, message: str) -> None:
         self.error = f"capture failed: {message}"
+        if self.gap_seq is None:
+            self.gap_seq = self._seq
         log.warning("ssetape: %s (exchange %s); traffic continues unrecorded", self.error, self.uid)

@@ -101,6 +101,8 @@ class WorkerConfig:
     db: str
     max_pending: int  # rows the writer keeps while the store is slow or down
     active: bool  # record from the start (False beside the replayer: only once asked to)
+    # Seconds any store operation may take before it counts as failed (and is retried).
+    deadline: float = 5.0
 
 
 def encode_frame(batch: list[Message]) -> bytes:

@@ -45,8 +45,9 @@ from ssetape.recording.protocol import (
     encode_report,
     read_frames,
 )
+from ssetape.storage.engine import one_line
 from ssetape.storage.runs import RunCounts, RunReporter, Runs
-from ssetape.storage.store import Store, one_line
+from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 from ssetape.vocabulary import ExchangeState
 
@@ -97,11 +98,16 @@ class RecordWorker:
     def __init__(self, cfg: WorkerConfig) -> None:
         self.recorder_id = str(RecorderId.current())
         # The proxy opened (and migrated) it already.
-        self.store = Store.open(cfg.db, create=False, migrate=False)
+        self.store = Store.open(cfg.db, create=False, migrate=False, deadline=cfg.deadline)
         # Each stream is analysed as it is captured; its knowledge is saved when the
         # exchange's finish is committed (in the writer's thread).
         self.knowledge = Knowledge(self.store, lambda uid: self.live.take(uid))
-        self.writer = Writer(self.store, on_finished=self.finished, max_pending=cfg.max_pending)
+        self.writer = Writer(
+            self.store,
+            on_finished=self.finished,
+            max_pending=cfg.max_pending,
+            deadline=cfg.deadline,
+        )
         self.live = LiveAnalysis(self.writer)
         self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.run_counts)
         self.active = cfg.active
@@ -235,9 +241,11 @@ class RecordWorker:
             capture.close(offset)
             if capture.error is not None:
                 self.capture_failures += 1
+                fields["gap_seq"] = capture.gap_seq
             notes = [fields["error"], capture.error]
             if capture.missing:
                 notes.append(f"{capture.missing} bytes not recorded: {FELL_BEHIND}")
+                fields["gap_seq"] = capture.gap_seq
             fields["error"] = "; ".join(n for n in notes if n) or None
         self.live.finish(uid, fields)
         self.writer.finish(uid, **fields)

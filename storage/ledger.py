@@ -1,0 +1,197 @@
+"""The writer's books: what it took in, committed and dropped, kind by kind.
+
+Every row the recording process hands over ends in exactly one of two columns, stored or
+dropped (with the reason logged by the writer), so that "stored + lost = relayed" holds in
+the exit line, the run row and ``ssetape stats`` whatever the store did. Any thread may ask;
+one lock guards the books and is never held during I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from ssetape.storage.batch import BEGIN, CHUNKS_OP, EVENTS_OP, FINISH, ROWS, UPDATE, Op
+
+__all__ = ["Ledger", "WriterStats"]
+
+
+@dataclasses.dataclass
+class WriterStats:
+    exchanges: int = 0  # exchange rows in the store
+    events: int = 0  # event rows committed (and still in the store)
+    chunks: int = 0  # chunk rows committed
+    batches: int = 0  # transactions committed
+    failed_batches: int = 0  # transactions that failed (each retry counts)
+    dropped_events: int = 0  # never stored, or gone with a deleted store file
+    dropped_chunks: int = 0
+    dropped_exchanges: int = 0  # begun but never stored (their rows are dropped too)
+    last_error: str | None = None
+
+
+def cost(op: Op) -> int:
+    return len(op[2]) if op[0] in ROWS else 1
+
+
+class Ledger:
+    def __init__(self, max_pending: int) -> None:
+        self.lock = threading.Lock()
+        self.stats = WriterStats()
+        self.max_pending = max_pending
+        self.closed = False
+        self.overflowing = False  # rows were refused since the writer last looked
+        self._pending = 0  # rows (and exchange ops) taken in, not yet committed or dropped
+        self._waiting = {EVENTS_OP: 0, CHUNKS_OP: 0, BEGIN: 0}  # the same, by kind
+        self._dead: set[str] = set()  # uids whose exchange row will never exist
+        # uid -> [first seq not stored, event rows not stored], and what else its finish
+        # must say: what each exchange misses.
+        self._gaps: dict[str, list[int]] = {}
+        self._notes: dict[str, str] = {}
+        # Committed into the store file as it is now (a deleted file takes them along).
+        self.generation = {EVENTS_OP: 0, CHUNKS_OP: 0, BEGIN: 0}
+
+    def admit(self, kind: int, uid: str, n: int, payload: Any = None) -> bool:
+        """Take an op in, or count it dropped (closed, its exchange dead, or over the bound)."""
+        with self.lock:
+            if not self.closed and uid not in self._dead:
+                # Updates and finishes of a live exchange are never capped: they are few,
+                # and a lost finish would leave it "recording" forever.
+                if self._pending + n <= self.max_pending or kind in (UPDATE, FINISH):
+                    self._pending += n
+                    if kind in self._waiting:
+                        self._waiting[kind] += n
+                    return True
+                self.overflowing = True
+                if kind == BEGIN:
+                    self._dead.add(uid)
+            self._count_dropped(kind, n)
+            if kind == EVENTS_OP:
+                self._gap(uid, payload)
+            return False
+
+    def revive(self, uid: str) -> None:
+        """Its finish arrived: whatever comes for this uid next is a new exchange."""
+        with self.lock:
+            if uid in self._dead:  # never stored: nothing will say what it misses
+                self._dead.discard(uid)
+                self._gaps.pop(uid, None)
+                self._notes.pop(uid, None)
+
+    def dropped(self, op: Op, *, dead: bool = False) -> None:
+        """An op taken in will never be stored."""
+        n = cost(op)
+        with self.lock:
+            self._count_dropped(op[0], n)
+            self._settle(op[0], n)
+            if op[0] == EVENTS_OP:
+                self._gap(op[1], op[2])
+            if op[0] == FINISH:
+                self._dead.discard(op[1])
+            elif dead:
+                self._dead.add(op[1])
+
+    def committed(self, events: int, chunks: int, exchange_ops: int, begins: int, new: int) -> None:
+        """A transaction committed ``exchange_ops`` ops (``begins`` of them begins) that
+        inserted ``new`` exchange rows, and those rows."""
+        with self.lock:
+            self._settle(EVENTS_OP, events)
+            self._settle(CHUNKS_OP, chunks)
+            self._pending -= exchange_ops
+            self._waiting[BEGIN] -= begins
+            self.stats.batches += 1
+            self.stats.exchanges += new
+            self.stats.events += events
+            self.stats.chunks += chunks
+            self.generation[EVENTS_OP] += events
+            self.generation[CHUNKS_OP] += chunks
+            self.generation[BEGIN] += new
+
+    def failed(self, message: str) -> None:
+        with self.lock:
+            self.stats.failed_batches += 1
+            self.stats.last_error = message
+
+    def file_lost(self, reopened: int) -> tuple[int, int]:
+        """The store file was deleted or replaced: what was committed into it is gone,
+        except the ``reopened`` exchanges begun again in the new file. (events, exchanges)
+        lost."""
+        with self.lock:
+            gen, self.generation = self.generation, dict.fromkeys(self.generation, 0)
+            lost_exchanges = max(0, gen[BEGIN] - reopened)
+            self.stats.events -= gen[EVENTS_OP]
+            self.stats.chunks -= gen[CHUNKS_OP]
+            self.stats.exchanges -= gen[BEGIN]
+            self.stats.dropped_events += gen[EVENTS_OP]
+            self.stats.dropped_chunks += gen[CHUNKS_OP]
+            self.stats.dropped_exchanges += lost_exchanges
+            return gen[EVENTS_OP], lost_exchanges
+
+    def reopened(self, n: int) -> None:
+        """``n`` open exchanges were begun again in a new store file."""
+        with self.lock:
+            self.stats.exchanges += n
+            self.generation[BEGIN] += n
+
+    def abandon(self) -> tuple[int, int]:
+        """Closing while the writer is stuck in the store: everything taken in and not
+        committed is lost. (events, chunks) lost."""
+        with self.lock:
+            self.closed = True
+            events, chunks = self._waiting[EVENTS_OP], self._waiting[CHUNKS_OP]
+            self.stats.dropped_events += events
+            self.stats.dropped_chunks += chunks
+            self.stats.dropped_exchanges += self._waiting[BEGIN]
+            self._waiting = dict.fromkeys(self._waiting, 0)
+            self._pending = 0
+            return events, chunks
+
+    def gap(self, uid: str, first: int, rows: int, note: str | None = None) -> None:
+        """``uid`` misses ``rows`` events from seq ``first`` on (and what ``note`` says)."""
+        with self.lock:
+            gap = self._gaps.setdefault(uid, [first, 0])
+            gap[0], gap[1] = min(gap[0], first), gap[1] + rows
+            if note is not None:
+                self._notes[uid] = note
+
+    def annotated(self, op: Op) -> Op:
+        """A finish that says what of its exchange was not stored (``error``, ``gap_seq``)."""
+        uid, fields = op[1], op[2]
+        with self.lock:
+            gap = self._gaps.pop(uid, None)
+            note = self._notes.pop(uid, None)
+        if gap is None:
+            return op
+        notes = [fields.get("error"), note]
+        if gap[1]:
+            notes.append(f"{gap[1]} events not stored: the store was unavailable")
+        known = fields.get("gap_seq")
+        gap_seq = gap[0] if known is None else min(known, gap[0])
+        error = "; ".join(n for n in notes if n) or None
+        return (FINISH, uid, {**fields, "gap_seq": gap_seq, "error": error})
+
+    def idle(self) -> bool:
+        with self.lock:
+            return self._pending == 0
+
+    def snapshot(self) -> WriterStats:
+        with self.lock:
+            return dataclasses.replace(self.stats)
+
+    def _settle(self, kind: int, n: int) -> None:  # with the lock held
+        self._pending -= n
+        if kind in self._waiting:
+            self._waiting[kind] -= n
+
+    def _gap(self, uid: str, rows: list[Any]) -> None:  # with the lock held
+        first = min(r[0] for r in rows)
+        gap = self._gaps.setdefault(uid, [first, 0])
+        gap[0], gap[1] = min(gap[0], first), gap[1] + len(rows)
+
+    def _count_dropped(self, kind: int, n: int) -> None:  # with the lock held
+        if kind == EVENTS_OP:
+            self.stats.dropped_events += n
+        elif kind == CHUNKS_OP:
+            self.stats.dropped_chunks += n
+        elif kind == BEGIN:
+            self.stats.dropped_exchanges += n
