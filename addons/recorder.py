@@ -303,8 +303,9 @@ class Recorder:
             ), True
         # Recording processes that died count with what they last reported; their
         # exchanges count once finished (those in flight are counted lost).
-        total = link.retired.plus(final)
-        exchanges = final.exchanges_recorded + link.retired.exchanges_finished
+        retired = link.retired.totals()
+        total = retired.plus(final)
+        exchanges = final.exchanges_recorded + retired.exchanges_finished
         stored = f"{_n(total.events_recorded, 'event')} in {_n(exchanges, 'exchange')} stored"
         parts = [f"ssetape: {stored}"]
         bad = (

@@ -36,7 +36,8 @@ log = logging.getLogger("ssetape.replayer")
 
 OWN_OPTIONS = frozenset(
     {"ssetape_db", "ssetape_record_mode", "ssetape_speed", "ssetape_ignore_field",
-     "ssetape_match_host", "ssetape_repeat", "ssetape_redact_header", "ssetape_redact_field"}
+     "ssetape_match_host", "ssetape_repeat", "ssetape_allow_gaps", "ssetape_redact_header",
+     "ssetape_redact_field"}
 )  # fmt: skip
 
 
@@ -100,6 +101,13 @@ class Replayer:
             True,
             "After all recordings of a request were served in order, keep serving the last one "
             "(off: answer further repeats as a miss).",
+        )
+        loader.add_option(
+            "ssetape_allow_gaps",
+            bool,
+            False,
+            "Serve recordings past the events they miss (off: stop at the first gap). Either "
+            "way the response says what is missing in an x-ssetape-incomplete header.",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -206,6 +214,7 @@ class Replayer:
             req.headers[Header.T0] = repr(t0)
             req.headers[Header.SPEED] = repr(self.speed)
             req.headers[Header.TOKEN] = self.token
+            req.headers[Header.GAPS] = "serve" if ctx.options.ssetape_allow_gaps else "cut"
             assert self.server_port is not None
             req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port
             return

@@ -33,13 +33,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ssetape.recorder_id import RecorderId
 from ssetape.storage.engine import SQLITE_BEGIN, check_writable, one_line
-from ssetape.storage.models import Exchange, RecorderRun
+from ssetape.storage.models import Event, Exchange, RecorderRun
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
 
@@ -199,6 +199,17 @@ class Runs:
                 update(Exchange).where(*mine).values(state=ExchangeState.INTERRUPTED)
             )
         return int(changed.rowcount)
+
+    def tally(self, recorder: str) -> tuple[int, int, int]:
+        """(exchanges, exchanges it finished, events) the store holds of one recorder."""
+        mine = Exchange.recorder == recorder
+        swept = (Exchange.state == ExchangeState.INTERRUPTED) & (Exchange.error == INTERRUPTED)
+        finished = mine & (Exchange.state != ExchangeState.RECORDING) & ~swept
+        with self.store.engine.connect() as conn:
+            exchanges = conn.scalar(select(func.count()).select_from(Exchange).where(mine)) or 0
+            done = conn.scalar(select(func.count()).select_from(Exchange).where(finished)) or 0
+            events = conn.scalar(select(func.count()).select_from(Event).join(Exchange).where(mine))
+        return exchanges, done, events or 0
 
     def totals(self) -> dict[str, Any]:
         """Sums over every run and the runs themselves, for ``ssetape stats``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -232,6 +233,26 @@ def test_client_disconnect_upstream_cut_and_error_event_states(
     assert rows[0].error and rows[1].error
     errors = [e for e in store.events(rows[2].id) if e.data and '"error"' in e.data]
     assert errors, "the mid-stream error event is stored"
+    store.close()
+
+
+def test_an_unreachable_upstream_is_a_502_and_a_failed_exchange(
+    ssetape_proc: Callable[..., Proc],
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        upstream = f"http://127.0.0.1:{port}"
+    proc = ssetape_proc("record", "--mode", f"reverse:{upstream}")
+    r = httpx.post(proc.url + "/v1/chat/completions", content=orjson.dumps(CHAT), timeout=30)
+    assert r.status_code == 502
+    assert "Connect call failed" in r.text and str(port) in r.text  # mitmproxy's error page
+    assert raw_stream(proc.url, "/v1/chat/completions", CHAT)[0] == 502  # and keeps serving
+    store = stop_and_open(proc)
+    rows = store.exchanges()
+    assert [x.state for x in rows] == ["failed", "failed"]
+    assert all(x.status is None and "Connect call failed" in (x.error or "") for x in rows)
+    assert {x.outcome for x in rows} == {"no_response"}
     store.close()
 
 

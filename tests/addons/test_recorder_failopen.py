@@ -37,7 +37,7 @@ from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, pg_database
 from tests.addons.test_recorder import expected_event_times
-from tests.conftest import SIM_SPEED
+from tests.conftest import SIM_SPEED, SSETAPE
 
 PATH = "/v1/chat/completions"
 MAX_PENDING = 100  # rows the recorder may queue: small, so an outage of a second drops some
@@ -99,9 +99,22 @@ def stream_through_outage(
     *,
     seconds: float,
     tokens: int,
+    record_db: str | None = None,
+    args: tuple[str, ...] = (),
+    loses: bool | None = True,
 ) -> None:
+    """Stream through ``outage``: clients byte-exact and on time, one line when the store
+    failed and one when it came back, and every event stored or counted lost, in the exit
+    line, the run row and `ssetape stats --runs --json` alike. ``record_db``: the recorder's
+    way to the store (a relay), when it is not ``db``; ``loses``: whether the outage must
+    cost events (None: it may)."""
     proc = recorders.start(
-        db, "--mode", f"reverse:{sim.url}", "--set", f"ssetape_max_pending={MAX_PENDING}"
+        record_db or db,
+        "--mode",
+        f"reverse:{sim.url}",
+        "--set",
+        f"ssetape_max_pending={MAX_PENDING}",
+        *args,
     )
     before = Reader(proc.url, body(0, 20))
     before.run()
@@ -141,7 +154,7 @@ def stream_through_outage(
     m = re.search(r"ssetape: (\d+) events? in (\d+) exchanges? stored, (\d+) events? and", log)
     assert m, log
     stored_n, lost = int(m.group(1)), int(m.group(3))
-    assert lost > 0
+    assert loses is None or (lost > 0) is loses, lost
 
     store = Store.open(db, create=False)
     try:
@@ -159,6 +172,12 @@ def stream_through_outage(
             assert raw == r.body
     finally:
         store.close()
+    runs = orjson.loads(
+        subprocess.run(
+            [SSETAPE, "stats", "--runs", "--json", "--db", db], capture_output=True, check=True
+        ).stdout
+    )
+    assert (runs["events_recorded"], runs["events_lost"]) == (stored_n, lost)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import orjson
 
 from ssetape.recording.worker import REPORT_EVERY
 from ssetape.simulator.simulator import Simulator
-from ssetape.storage.runs import INTERRUPTED
+from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process, wait_for
 from tests.addons.test_recorder_failopen import Reader, body
@@ -63,7 +63,21 @@ def test_recording_process_killed_mid_stream(
     assert "Traceback" not in log, log
     # `before` was stored by the first recording process, `after` by the second.
     assert re.search(r" in 2 exchanges stored, .*3 exchanges lost.*restarted 1 time", log), log
+    m = re.search(r"ssetape: (\d+) events? in .* stored, (\d+) events? and", log)
+    assert m, log
+    stored_n, lost = int(m.group(1)), int(m.group(2))
+    received = sum(len(r.arrivals) for r in [before, *readers, after])
     with Store.open(db, create=False) as store:
+        # Exact, though the first process died between two of its reports: what the store
+        # holds is what the exit line and the run rows say, and the rest is counted lost.
+        assert stored_n == sum(x.event_count for x in store.exchanges())
+        assert stored_n + lost == received
+        runs = Runs(store).all()
+        assert len(runs) == 2
+        assert (sum(r.events_recorded for r in runs), sum(r.events_lost for r in runs)) == (
+            stored_n,
+            lost,
+        )
         rows = {x.request_body: x for x in store.exchanges()}
         for r in (before, after):
             x = rows[orjson.dumps(r.b)]

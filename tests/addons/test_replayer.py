@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import time
 from collections.abc import Callable
@@ -13,9 +14,11 @@ import httpx
 import openai
 import orjson
 import pytest
+from sqlalchemy import update
 
 from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
+from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc, tls_simulator
 
@@ -281,3 +284,34 @@ def test_replay_honours_connection_close(ssetape_proc: Callable[..., Proc], db: 
         while chunk := s.recv(65536):  # returns b"" at EOF; a hang would time out
             got += chunk
     assert got.startswith(b"HTTP/1.1 200") and raw[-20:] in got
+
+
+@pytest.mark.parametrize("path", ["direct", "via mitmproxy"])
+def test_a_recording_with_a_gap_replays_cut_there_and_says_so(
+    ssetape_proc: Callable[..., Proc], db: str, path: str
+) -> None:
+    upstream, [(_, raw, _)] = record(ssetape_proc, [("/v1/chat/completions", CHAT)], db)
+    why = "4096 bytes not recorded: the recording process fell behind"
+    with Store.open(db, create=False) as store:
+        [x] = store.exchanges()
+        events = store.events(x.id)
+        with store.Session.begin() as s:  # as a recording process that fell behind leaves it
+            s.execute(update(Exchange).where(Exchange.id == x.id).values(gap_seq=5, error=why))
+    before_gap = b"".join(e.raw for e in events[:5])
+    extra = [] if path == "direct" else ["--record-mode", "new_episodes"]
+    for allow in (False, True):
+        flags = ["--allow-gaps"] if allow else []
+        proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", *extra, *flags, db=db)
+        got, header = b"", None
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            httpx.Client(timeout=30) as c,
+            c.stream("POST", proc.url + "/v1/chat/completions", json=CHAT) as r,
+        ):
+            header = r.headers.get("x-ssetape-incomplete")
+            for chunk in r.iter_raw():
+                got += chunk
+        assert header == f"from event #5: {why}"
+        assert got == (raw if allow else before_gap)
+        assert proc.stop() == 0
+        assert "is incomplete" in proc.log.decode()

@@ -15,7 +15,7 @@ from ssetape.cli.options import db_option, filter_options, open_db, print_json
 from ssetape.storage.filters import Filters
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
-from ssetape.views.tables import stats_table
+from ssetape.views.tables import runs_table, stats_table
 
 
 def _losses(store: Store) -> dict[str, Any] | None:
@@ -28,8 +28,14 @@ def _losses(store: Store) -> dict[str, Any] | None:
 @db_option
 @click.option("--by", type=click.Choice(sorted(GROUP_BY)), help="One row per model, host, ...")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per group.")
+@click.option(
+    "--runs",
+    is_flag=True,
+    help="What each recorder stored and lost instead (with --json: one object, the sums and "
+    "a list of runs).",
+)
 @filter_options
-def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
+def stats(db: str, by: str | None, as_json: bool, runs: bool, **filters: Any) -> None:
     """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
     store = open_db(db)
     try:
@@ -37,6 +43,13 @@ def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
         losses = _losses(store)
     finally:
         store.close()
+    if runs:
+        totals = losses or {"runs": []}
+        if as_json:
+            print_json(totals)
+        else:
+            Console().print(runs_table(totals["runs"]))
+        return
     if as_json:
         print_json(rows)
         return
@@ -46,15 +59,15 @@ def stats(db: str, by: str | None, as_json: bool, **filters: Any) -> None:
     else:
         console.print(stats_table(rows, by))
     if losses is not None:
-        runs = len(losses["runs"])
+        n = len(losses["runs"])
         if losses["events_lost"] or losses["exchanges_lost"] or losses["store_errors"]:
             console.print(
-                f"recorders: {runs} run(s); could not store {losses['events_lost']} events "
+                f"recorders: {n} run(s); could not store {losses['events_lost']} events "
                 f"and {losses['exchanges_lost']} exchanges ({losses['store_errors']} store errors)",
                 style="red",
             )
         else:
-            console.print(f"recorders: {runs} run(s), nothing lost")
+            console.print(f"recorders: {n} run(s), nothing lost (ssetape stats --runs)")
 
 
 @click.command()

@@ -76,7 +76,11 @@ def run_proxy(
 def record(**common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
     recorder = Recorder()
-    run_proxy([recorder], what="record", extra={}, **common)
+    # A reverse proxy that dials its upstream when the client connects drops the client
+    # without a word when the upstream is down; dialled per request, the client gets a 502
+    # naming it and the exchange is recorded as failed with the cause.
+    lazy = {"connection_strategy": "lazy"} if common["mode"].startswith("reverse:") else {}
+    run_proxy([recorder], what="record", extra=lazy, **common)
     # A warning (something lost) was already logged; the clean count is for the user too.
     if recorder.exit_line and not recorder.exit_warned:
         click.echo(recorder.exit_line)
@@ -110,12 +114,19 @@ def record(**common: Any) -> None:
     show_default=True,
     help="Keep serving the last recording once all recordings of a request were served in order.",
 )
+@click.option(
+    "--allow-gaps",
+    is_flag=True,
+    help="Serve recordings past the events they miss (default: stop at the first, and say so "
+    "in an x-ssetape-incomplete header either way).",
+)
 def replay(
     speed: float,
     record_mode: str,
     ignore_field: tuple[str, ...],
     match_host: bool,
     repeat: bool,
+    allow_gaps: bool,
     **common: Any,
 ) -> None:
     """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
@@ -123,7 +134,7 @@ def replay(
     if mode.startswith("reverse:") and not common["sets"] and _nothing_to_forward(db, record_mode):
         _replay_direct(
             db, validate_mode(mode), common["host"], common["port"], speed, ignore_field,
-            match_host, repeat, common["redact_header"], common["redact_field"],
+            match_host, repeat, allow_gaps, common["redact_header"], common["redact_field"],
         )  # fmt: skip
         return
     run_proxy(
@@ -135,6 +146,7 @@ def replay(
             "ssetape_ignore_field": list(ignore_field),
             "ssetape_match_host": match_host,
             "ssetape_repeat": repeat,
+            "ssetape_allow_gaps": allow_gaps,
             "connection_strategy": "lazy",
         },
         **common,
@@ -167,6 +179,7 @@ def _replay_direct(
     ignore: tuple[str, ...],
     match_host: bool,
     repeat: bool,
+    allow_gaps: bool,
     redact_header: tuple[str, ...],
     redact_field: tuple[str, ...],
 ) -> None:
@@ -187,6 +200,7 @@ def _replay_direct(
             ignore=list(ignore),
             match_host=match_host,
             repeat=repeat,
+            allow_gaps=allow_gaps,
             redact_headers=list(redact_header),
             redact_fields=list(redact_field),
             on_ready=ready,

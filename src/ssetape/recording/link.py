@@ -48,6 +48,7 @@ from ssetape.recording.protocol import (
     decode_report,
     encode_frame,
 )
+from ssetape.recording.retired import Casualty, Retired
 
 log = logging.getLogger("ssetape.recorder")
 
@@ -85,6 +86,9 @@ class _Child:
         self.finishing: set[str] = set()
         self.final: FinalCounts | None = None
         self.counts = Counts()  # its latest report of what it stored
+        self.recorder_id: str | None = None  # from its ready report
+        self.handed = 0  # events in the chunks handed to it
+        self.told = 0  # events the proxy lost and told it of
         self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
         self.ready = threading.Event()  # it has opened the store
         self.reader = threading.Thread(
@@ -111,10 +115,17 @@ class _Child:
                 elif kind is Report.FINAL:
                     self.final = value
                 elif kind is Report.READY:
+                    self.recorder_id = value if isinstance(value, str) else None
                     self.ready.set()
         finally:
             self.proc.wait()  # reaped here, off the event loop
             self.ended.set()
+
+
+def events_in(data: bytes | bytearray) -> int:
+    """Events in relayed bytes, as losses are counted: blank lines end SSE events (the
+    store counts each event it keeps, comments included, and each chunk of other streams)."""
+    return data.count(b"\n\n") or data.count(b"\r\n\r\n") or (1 if data else 0)
 
 
 class RecordLink:
@@ -148,8 +159,8 @@ class RecordLink:
         self.lost_exchanges = 0
         self.lost_events = 0  # in chunks it could not hand over
         self.restarts = 0
-        # The counts of recording processes that died, by their last report.
-        self.retired = Counts()
+        # Recording processes that died, settled from the store at close.
+        self.retired = Retired()
 
     def start(self) -> None:
         """Start the recording process now, warm for the first exchange; beside the
@@ -205,8 +216,7 @@ class RecordLink:
         self._count_lost(exchanges=1)
 
     def _count_lost(self, *, exchanges: int = 0, data: bytes | bytearray = b"") -> None:
-        # Counted as events (blank lines end SSE events), as the store counts what it keeps.
-        events = data.count(b"\n\n") or data.count(b"\r\n\r\n") or (1 if data else 0)
+        events = events_in(data)
         self.lost_exchanges += exchanges
         self.lost_events += events
         self._unsent_exchanges += exchanges
@@ -262,11 +272,15 @@ class RecordLink:
             self._drop(batch)
             return
         for msg in batch:
-            if msg[0] == BEGIN:
+            if msg[0] == CHUNK:
+                child.handed += events_in(msg[3])
+            elif msg[0] == BEGIN:
                 child.open.add(msg[1])
             elif msg[0] == FINISH:
                 child.open.discard(msg[1])
                 child.finishing.add(msg[1])
+            elif msg[0] == LOSSES:
+                child.told += msg[2]
         self._out += encode_frame(batch)
         self._write()
 
@@ -348,6 +362,7 @@ class RecordLink:
         # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
         unfinished = len(child.open) + len(child.finishing)
         self._count_lost(exchanges=unfinished, data=self._out)
+        child.handed -= events_in(self._out)  # counted lost just now: never handed after all
         self._out.clear()
         # Its reader thread reaps it (poll() here would race that wait); a dead process is
         # reaped at once, so this only waits for one that closed the pipe but lives on.
@@ -356,9 +371,7 @@ class RecordLink:
             child.proc.kill()
             code = "none: it stopped reading, so it was killed"
         self._orphans |= child.open
-        # What it stored, by its last report; its exchanges count once finished (those in
-        # flight are counted lost above).
-        self.retired = self.retired.plus(child.counts)
+        self._retire(child)
         if time.monotonic() - child.started > _RESTART_MAX:
             self._backoff = _RESTART_FIRST  # it had been fine for a while: no penalty
         elif not self._closing:
@@ -409,9 +422,19 @@ class RecordLink:
             child.proc.kill()
         child.reader.join(5.0)
         self._child = None
-        if child.final is None:  # it died before its final report: the same losses
+        final = child.final
+        if final is None:  # it died before its final report: the same losses
             self._count_lost(exchanges=len(child.open) + len(child.finishing))
-        return child.final
+            self._retire(child)
+            final = FinalCounts(saved=False, last_failure="it died before its final report")
+        # Exact counts of the processes that died, from the store (this runs off the loop).
+        self.retired.settle(self._cfg.db, deadline=self._cfg.deadline)
+        return final
+
+    def _retire(self, child: _Child) -> None:
+        self.retired.add(
+            Casualty(child.recorder_id, child.counts, handed=child.handed, told=child.told)
+        )
 
     def _idle_final(self) -> FinalCounts:
         """The final counts of a session that never had anything to record."""

@@ -124,7 +124,7 @@ def read_frames(inp: IO[bytes]) -> Iterator[list[Message]]:
 
 
 class Report(StrEnum):
-    READY = "ready"  # true: the store is open, recording works
+    READY = "ready"  # its recorder id: the store is open, recording works
     LOG = "log"  # [logger name, level, message]: logged by the proxy as its own
     COUNTS = "counts"  # Counts, twice a second: if the process dies, the proxy still knows
     DONE = "done"  # [uid, ...]: exchanges whose finish was just committed

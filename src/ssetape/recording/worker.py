@@ -323,7 +323,7 @@ def main() -> int:
     # starting it (the store opened) is what the proxy's start waits for.
     os.nice(NICE)
     tune_gc()
-    channel.send(Report.READY, True)
+    channel.send(Report.READY, worker.recorder_id)  # its rows in the store carry this id
     reporting = threading.Event()
     threading.Thread(target=report, args=(worker, channel, reporting), daemon=True).start()
     for batch in batches:

@@ -33,8 +33,17 @@ PRELOAD = 256  # recordings loaded at start (the player's cache size)
 
 
 class DirectFront:
-    def __init__(self, store: Store, index: RequestIndex, upstream: str, speed: float) -> None:
-        self.player = Player(store)
+    def __init__(
+        self,
+        store: Store,
+        index: RequestIndex,
+        upstream: str,
+        speed: float,
+        *,
+        allow_gaps: bool = False,
+        on_incomplete: Callable[[int, str], object] | None = None,
+    ) -> None:
+        self.player = Player(store, allow_gaps=allow_gaps, on_incomplete=on_incomplete)
         self.http = HttpServer(self.respond)
         self.index = index
         # Recordings made in reverse mode carry the upstream's host, not the Host header.
@@ -121,6 +130,7 @@ def run_front(
     ignore: list[str],
     match_host: bool,
     repeat: bool,
+    allow_gaps: bool,
     redact_headers: list[str],
     redact_fields: list[str],
     on_ready: Callable[[str, int], None],
@@ -133,7 +143,7 @@ def run_front(
     try:
         redactor = store.redactor(redact_headers, redact_fields)
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
-        front = DirectFront(store, index, upstream, speed)
+        front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps)
         front.preload()
         # What exists now (modules, the loaded tape) lives as long as the process: full
         # collections, which stall every timer while they run, skip it.

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ssetape.storage.models import Chunk, Event, Exchange
-from ssetape.vocabulary import ExchangeState
+from ssetape.vocabulary import ExchangeState, Header
 
-__all__ = ["HOP_BY_HOP", "Playback"]
+__all__ = ["HOP_BY_HOP", "Playback", "incomplete"]
 
 HOP_BY_HOP = frozenset(
     {
@@ -38,11 +38,24 @@ class Playback:
     complete: bool  # False: cut the connection after the last piece, as the recording ended
     status: int
     head_no_body: bytes  # for HEAD and bodiless statuses: the recorded headers, no framing
+    incomplete: str | None = None  # what the recording misses (the header says it too)
 
     @classmethod
-    def of(cls, x: Exchange, events: list[Event], chunks: list[Chunk]) -> Playback:
+    def of(
+        cls, x: Exchange, events: list[Event], chunks: list[Chunk], *, allow_gaps: bool = False
+    ) -> Playback:
+        """The recording as it is to be played: up to its first gap unless ``allow_gaps``."""
         stream = x.is_stream
         headers = [(k, v) for k, v in (x.response_headers or []) if k.lower() not in HOP_BY_HOP]
+        missing = incomplete(x)
+        complete = x.state == ExchangeState.COMPLETED and missing is None
+        if missing is not None:
+            headers.append((Header.INCOMPLETE.value, missing))
+            if x.gap_seq is not None and not allow_gaps:
+                events = [e for e in events if e.seq < x.gap_seq]
+                chunks = []  # the wire chunks cannot be cut at an event
+            elif allow_gaps:
+                complete = x.state == ExchangeState.COMPLETED
         pieces: list[tuple[float, bytes]] = []
         if stream:
             # Encoded streams replay their wire chunks, plain ones their events; events that
@@ -75,8 +88,20 @@ class Playback:
             ttfb=(x.ttfb_us or 0) / 1e6,
             pieces=tuple(pieces),
             stream=stream,
-            complete=x.state == ExchangeState.COMPLETED,
+            complete=complete,
+            incomplete=missing,
         )
+
+
+def incomplete(x: Exchange) -> str | None:
+    """What a recording misses, in one header-safe line; None when it is whole (an upstream
+    that cut the stream, or a client that left, is recorded whole: that is what happened)."""
+    if x.gap_seq is None and x.state != ExchangeState.INTERRUPTED:
+        return None
+    where = f"from event #{x.gap_seq}: " if x.gap_seq is not None else ""
+    why = x.error or "the recorder stopped before the exchange ended"
+    text = f"{where}{why}"
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[:300]
 
 
 def _head(first: str, headers: list[tuple[str, str]]) -> bytes:

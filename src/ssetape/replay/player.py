@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from sqlalchemy import select
 
@@ -28,28 +29,42 @@ log = logging.getLogger("ssetape.replay")
 
 
 class Player:
-    """Loads recordings from a store (one query each, kept in a small cache) and plays them."""
+    """Loads recordings from a store (one query each, kept in a small cache) and plays them.
 
-    def __init__(self, store: Store, *, cache_size: int = 256) -> None:
+    A recording that misses something is played up to its first gap (``allow_gaps``: past
+    them) with a header that says so; ``on_incomplete`` hears of each such replay.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        cache_size: int = 256,
+        allow_gaps: bool = False,
+        on_incomplete: Callable[[int, str], object] | None = None,
+    ) -> None:
         self.store = store
-        self._cache: OrderedDict[int, Playback] = OrderedDict()
+        self.allow_gaps = allow_gaps
+        self.on_incomplete = on_incomplete
+        self._cache: OrderedDict[tuple[int, bool], Playback] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()  # loads run in executor threads
 
-    def load(self, exchange_id: int) -> Playback:
+    def load(self, exchange_id: int, allow_gaps: bool | None = None) -> Playback:
         """The recording, ready to play (LookupError if it has no response); blocks on the
         store unless cached: call it off the event loop."""
+        key = (exchange_id, self.allow_gaps if allow_gaps is None else allow_gaps)
         with self._lock:
-            playback = self._cache.get(exchange_id)
+            playback = self._cache.get(key)
             if playback is None:
-                playback = self._read(exchange_id)
-                self._cache[exchange_id] = playback
+                playback = self._read(*key)
+                self._cache[key] = playback
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
-            self._cache.move_to_end(exchange_id)
+            self._cache.move_to_end(key)
             return playback
 
-    def _read(self, exchange_id: int) -> Playback:
+    def _read(self, exchange_id: int, allow_gaps: bool) -> Playback:
         with self.store.Session() as s:
             x = s.get(Exchange, exchange_id)
             if x is None or x.status is None:
@@ -60,18 +75,25 @@ class Player:
             chunks = s.scalars(
                 select(Chunk).where(Chunk.exchange_id == exchange_id).order_by(Chunk.seq)
             )
-            return Playback.of(x, list(events), list(chunks))
+            return Playback.of(x, list(events), list(chunks), allow_gaps=allow_gaps)
 
     async def play_recording(
-        self, writer: asyncio.StreamWriter, method: bytes, xid: int, t0: float, speed: float
+        self,
+        writer: asyncio.StreamWriter,
+        method: bytes,
+        xid: int,
+        t0: float,
+        speed: float,
+        allow_gaps: bool | None = None,
     ) -> bool:
         """Play exchange ``xid`` (an error answer if it cannot be read); False to close."""
         loop = asyncio.get_running_loop()
+        gaps = self.allow_gaps if allow_gaps is None else allow_gaps
         try:
             # A cached recording needs no thread hop (a plain dict read is atomic).
-            playback = self._cache.get(xid)
+            playback = self._cache.get((xid, gaps))
             if playback is None:
-                playback = await loop.run_in_executor(None, self.load, xid)
+                playback = await loop.run_in_executor(None, self.load, xid, gaps)
         except LookupError as e:
             error_response(writer, 500, f"ssetape replay: {e}")
             return True
@@ -79,6 +101,10 @@ class Player:
             log.exception("ssetape replay: cannot load a recording")
             error_response(writer, 503, f"ssetape: cannot read the recording: {e}")
             return True
+        if playback.incomplete is not None:
+            log.warning("ssetape: replaying #%d, which is incomplete: %s", xid, playback.incomplete)
+            if self.on_incomplete is not None:
+                self.on_incomplete(xid, playback.incomplete)
         return await self.play(writer, method, playback, t0, speed)
 
     async def play(

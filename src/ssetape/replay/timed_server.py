@@ -51,7 +51,8 @@ class TimedServer:
         except (KeyError, ValueError) as e:
             error_response(writer, 500, f"ssetape timed server: bad replay request: {e}")
             return True
-        return await self.player.play_recording(writer, request_line[0], xid, t0, speed)
+        gaps = headers.get(Header.GAPS.raw) == b"serve"
+        return await self.player.play_recording(writer, request_line[0], xid, t0, speed, gaps)
 
 
 async def serve(db: str, host: str, port: int) -> None:

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 _SESSION = pytest.StashKey["TapeSession"]()
 _RUN_ID = pytest.StashKey[str]()
 _MARKER_OPTIONS = (
-    "cassette", "record_mode", "speed", "ignore_fields", "match_host", "redact_fields",
-    "redact_headers",
+    "cassette", "record_mode", "speed", "ignore_fields", "match_host", "allow_gaps",
+    "redact_fields", "redact_headers",
 )  # fmt: skip
 _UNSAFE = re.compile(r"[^\w.\-\[\]=,+]")
 _HEX_KEY = re.compile(r"^[0-9a-fA-F]{32,128}$")
@@ -77,7 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "ssetape(cassette=None, *, record_mode=None, speed=None, ignore_fields=(), "
-        "match_host=True, redact_fields=(), redact_headers=()): options of the ssetape "
+        "match_host=True, allow_gaps=False, redact_fields=(), redact_headers=()): options of "
+        "the ssetape "
         "fixture for this test (they override the command line).",
     )
     speed = config.getoption("ssetape_speed", 0.0)
@@ -162,6 +163,7 @@ def _session(item: pytest.Item) -> TapeSession:
         speed=float(config.getoption("ssetape_speed") if speed is None else speed),
         ignore_fields=tuple(opts.get("ignore_fields", ())),
         match_host=bool(opts.get("match_host", True)),
+        allow_gaps=bool(opts.get("allow_gaps", False)),
         redact_fields=tuple(opts.get("redact_fields", ())),
         redact_headers=tuple(opts.get("redact_headers", ())),
         run_id=config.stash[_RUN_ID],
@@ -205,12 +207,13 @@ def pytest_runtest_makereport(
     session = item.stash.get(_SESSION, None)
     if call.when != "call" or session is None:
         return report
-    text = session.explain_misses()
+    text = session.explain()
     if text:
         if report.passed:
-            # The test swallowed the 404 (or retried past it): a miss still fails it.
+            # The test swallowed the 404 (or retried past it), or was served a recording
+            # that misses events: either way it did not test the real stream.
             report.outcome = "failed"
             report.longrepr = text
         else:
-            report.sections.append(("ssetape misses", text))
+            report.sections.append(("ssetape", text))
     return report

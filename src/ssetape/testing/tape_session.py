@@ -83,6 +83,7 @@ class TapeSession:
         speed: float = 0.0,
         ignore_fields: Sequence[str] = (),
         match_host: bool = True,
+        allow_gaps: bool = False,
         redact_headers: Sequence[str] = (),
         redact_fields: Sequence[str] = (),
         redaction_key: str | None = None,
@@ -97,6 +98,7 @@ class TapeSession:
         self.speed = speed
         self.ignore_fields = tuple(ignore_fields)
         self.match_host = match_host
+        self.allow_gaps = allow_gaps
         self.redact_headers = tuple(redact_headers)
         self.redact_fields = tuple(redact_fields)
         self.confdir = confdir
@@ -111,6 +113,7 @@ class TapeSession:
         self._fronts: dict[str, tuple[CassetteFront, int]] = {}  # origin -> (server, port)
         self._children: dict[str, ChildProxy] = {}
         self._lines: dict[int, int] = {}
+        self._incomplete: dict[int, str] = {}  # recordings replayed that miss something
         self._lock = threading.Lock()
 
     # -- life cycle ------------------------------------------------------------
@@ -248,7 +251,14 @@ class TapeSession:
         if known is not None:
             return known[1]
         assert self._store is not None and self._index is not None
-        front = CassetteFront(self._store, self._index, origin, self.speed)
+        front = CassetteFront(
+            self._store,
+            self._index,
+            origin,
+            self.speed,
+            allow_gaps=self.allow_gaps,
+            on_incomplete=self._incomplete.__setitem__,
+        )
         front.preload()
         port = LoopThread.shared().run(front.http.start("127.0.0.1", 0))
         self._fronts[origin] = (front, port)
@@ -296,7 +306,27 @@ class TapeSession:
     def _line(self, m: re.Match[str]) -> str:
         return str(self._lines.get(int(m.group(1)), "?"))
 
-    def explain_misses(self) -> str:
+    def explain(self) -> str:
+        """Why the test must fail, though it passed: requests the cassette did not have, or
+        recordings replayed that miss events (unless the test allows gaps)."""
+        parts = [self._explain_misses()]
+        if self._incomplete and not self.allow_gaps:
+            head = (
+                f"ssetape: {len(self._incomplete)} recording(s) of cassette {self.cassette} "
+                "replayed incomplete, so the test saw a stream that never existed whole:"
+            )
+            lines = [
+                f"  - cassette line {self._lines.get(xid, '?')}: {why}"
+                for xid, why in sorted(self._incomplete.items())
+            ]
+            tail = (
+                "Re-record them (--ssetape-record-mode=all), or accept the gaps with "
+                "@pytest.mark.ssetape(allow_gaps=True)."
+            )
+            parts.append("\n".join([head, *lines, tail]))
+        return "\n".join(p for p in parts if p)
+
+    def _explain_misses(self) -> str:
         misses = self.misses
         if not misses:
             return ""

@@ -13,7 +13,7 @@ from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.views.documents import origin_of, summary, url_of
 from ssetape.vocabulary import ExchangeState, Outcome
 
-__all__ = ["list_table", "show_view", "stats_table"]
+__all__ = ["list_table", "runs_table", "show_view", "stats_table"]
 
 _MODEL_WIDTH = 16  # long gateway model names ("openai/gpt-4o-2024-08-06") end in "…"
 _LIST_COLUMNS = ("id", "started", "status", "model", "outcome", "events", "tokens", "ttft ms")
@@ -209,5 +209,26 @@ def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
             f"{r['input_tokens']:,}",
             f"{r['output_tokens']:,}",
             "-" if tps is None else f"{tps:.1f}",
+        )
+    return t
+
+
+def runs_table(runs: list[dict[str, Any]]) -> Table:
+    """`ssetape stats --runs`: one row per recorder run (see Runs.totals)."""
+    t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
+    t.add_column("recorder", no_wrap=True, overflow="ellipsis", max_width=32)
+    t.add_column("status")
+    for col in ("exchanges", "events", "events lost", "exchanges lost", "store errors"):
+        t.add_column(col, justify="right")
+    for r in runs:
+        lost = r["events_lost"] or r["exchanges_lost"] or r["store_errors"]
+        t.add_row(
+            Text(r["recorder"]),
+            r["status"],
+            f"{r['exchanges_recorded']:,}",
+            f"{r['events_recorded']:,}",
+            Text(f"{r['events_lost']:,}", style="red" if lost else ""),
+            f"{r['exchanges_lost']:,}",
+            f"{r['store_errors']:,}",
         )
     return t

@@ -97,6 +97,10 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
         assert [e.raw for e in events] == [sse_chunk(e.offset_us // 1000) for e in events]
         assert [e.offset_us for e in events] == sorted(e.offset_us for e in events)
         assert final.events_recorded == 5 + len(events)
+        # Replay stops at the first hole: the first chunk index that did not arrive, which
+        # is also the seq of the first event after it.
+        arrived = {e.offset_us // 1000 for e in events}
+        assert big.gap_seq == next(i for i in range(100) if i not in arrived)
 
 
 def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def test_a_cut_frame_ends_the_batches() -> None:
 @pytest.mark.parametrize(
     ("kind", "value"),
     [
-        (Report.READY, True),
+        (Report.READY, "host:1:1764561600"),
         (Report.LOG, ["ssetape.recorder", 40, "boom"]),
         (Report.DONE, ["u1", "u2"]),
         (Report.COUNTS, Counts(events_recorded=3, last_error="disk full")),

@@ -202,10 +202,8 @@ def test_one(ssetape, n):
     pytester.runpytest("-n", "2", *confdir_args).assert_outcomes(passed=2)
 
 
-def test_https_through_the_forward_proxy(
-    pytester: pytest.Pytester, confdir_args: list[str]
-) -> None:
-    """An HTTPS API replayed through ``proxy_url``: mitmproxy's CA, no upstream anywhere."""
+def hand_cassette(path: Path, raw: list[bytes], **exchange: Any) -> None:
+    """A cassette of one GET https://api.example.com/v1/feed streaming ``raw``, 2 ms apart."""
     import datetime as dt
     from typing import cast
 
@@ -215,8 +213,7 @@ def test_https_through_the_forward_proxy(
     from ssetape.storage.models import Event, Exchange
     from ssetape.storage.store import Store
 
-    store = Store.open(str(pytester.path / "hand.db"))
-    raw = [b'data: {"n": 1}\n\n', b"data: [DONE]\n\n"]
+    store = Store.open(str(path.with_suffix(".db")))
     with store.engine.begin() as conn:
         xid = conn.execute(
             insert(cast(Table, Exchange.__table__)).returning(Exchange.__table__.c.id),
@@ -226,14 +223,22 @@ def test_https_through_the_forward_proxy(
                 "http_version": "HTTP/1.1", "request_headers": [], "fingerprint": "x",
                 "status": 200, "reason": "OK", "is_stream": True, "state": "completed",
                 "response_headers": [["content-type", "text/event-stream"]], "ttfb_us": 1000,
+                **exchange,
             },
         ).scalar_one()  # fmt: skip
         conn.execute(insert(cast(Table, Event.__table__)), [
             {"exchange_id": xid, "seq": i, "offset_us": 2000 * (i + 1), "raw": r}
             for i, r in enumerate(raw)
         ])  # fmt: skip
-    Cassette(pytester.path / "feed.jsonl").export(store)
+    Cassette(path).export(store)
     store.close()
+
+
+def test_https_through_the_forward_proxy(
+    pytester: pytest.Pytester, confdir_args: list[str]
+) -> None:
+    """An HTTPS API replayed through ``proxy_url``: mitmproxy's CA, no upstream anywhere."""
+    hand_cassette(pytester.path / "feed.jsonl", [b'data: {"n": 1}\n\n', b"data: [DONE]\n\n"])
     pytester.makepyfile(
         test_feed="""
 import httpx, pytest
@@ -247,6 +252,54 @@ def test_feed(ssetape):
 """
     )
     pytester.runpytest("-W", "ignore::DeprecationWarning", *confdir_args).assert_outcomes(passed=1)
+
+
+def test_a_recording_with_a_gap_fails_the_test_that_replays_it(
+    pytester: pytest.Pytester, confdir_args: list[str]
+) -> None:
+    """The stream stops where the recording misses events, says so in a header, and the test
+    fails with the reason even though it swallowed the cut; allow_gaps serves the rest."""
+    raw = [b"data: %d\n\n" % i for i in range(4)]
+    why = "1234 bytes not recorded: the recording process fell behind"
+    hand_cassette(pytester.path / "gap.jsonl", raw, gap_seq=2, error=why)
+    pytester.makepyfile(
+        test_gap="""
+import httpx, pytest
+
+def read(ssetape):
+    got, header = b"", None
+    try:
+        url = ssetape.base_url("https://api.example.com") + "/v1/feed"
+        with httpx.stream("GET", url) as r:
+            header = r.headers.get("x-ssetape-incomplete")
+            for chunk in r.iter_raw():
+                got += chunk
+    except httpx.HTTPError:
+        pass  # cut at the gap: a careless test carries on
+    return got, header
+
+@pytest.mark.ssetape("gap.jsonl")
+def test_careless(ssetape):
+    got, header = read(ssetape)
+    assert got == b"data: 0\\n\\ndata: 1\\n\\n"
+    assert header == "from event #2: WHY"
+
+@pytest.mark.ssetape("gap.jsonl", allow_gaps=True)
+def test_allowed(ssetape):
+    got, header = read(ssetape)
+    assert got == b"data: 0\\n\\ndata: 1\\n\\ndata: 2\\n\\ndata: 3\\n\\n"
+    assert header == "from event #2: WHY"
+""".replace("WHY", why)
+    )
+    result = pytester.runpytest(*confdir_args)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*1 recording(s) of cassette*gap.jsonl replayed incomplete*",
+            f"*cassette line 2: from event #2: {why}",
+            "*allow_gaps=True*",
+        ]
+    )
 
 
 def test_saving_merges_or_replaces_by_mode(tmp_path: Path) -> None:
