@@ -21,12 +21,12 @@ from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.options import add_store_options, default_db, open_store, store_redactor
-from ssetape.matching import canonical_request, fingerprint
+from ssetape.matching import canonical_request, fingerprint, placeholder
 from ssetape.recording.link import RecordLink
 from ssetape.recording.protocol import FinalCounts
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store
-from ssetape.vocabulary import INLINE_BODY, ExchangeState
+from ssetape.vocabulary import INLINE_BODY, MAX_BODY, ExchangeState
 
 log = logging.getLogger("ssetape.recorder")
 
@@ -180,7 +180,11 @@ class Recorder:
         assert self.redactor is not None
         path, _, raw_query = req.path.partition("?")
         query = self.redactor.query(raw_query)
-        body = self.redactor.body(req.raw_content)
+        raw = req.raw_content
+        if raw is not None and len(raw) > MAX_BODY:
+            body: bytes | None = placeholder(raw)  # its size and hash: never parsed nor kept
+        else:
+            body = self.redactor.body(raw, req.headers.get("content-encoding", ""))
         canon = canonical_request(req.method, req.host, path, query, body)
         return {
             "path": path,

@@ -24,7 +24,12 @@ def parse_since(text: str, now: dt.datetime | None = None) -> dt.datetime:
     now = now or dt.datetime.now(dt.UTC)
     m = _AGO.match(text)
     if m:
-        return now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+        try:
+            return now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
+        except (OverflowError, ValueError):  # further back than datetime reaches
+            raise ValueError(
+                f"--since {text!r}: too far back (datetimes start at year 1)"
+            ) from None
     try:
         when = dt.datetime.fromisoformat(text.strip())
     except ValueError:

@@ -44,10 +44,12 @@ class Ledger:
         self._pending = 0  # rows (and exchange ops) taken in, not yet committed or dropped
         self._waiting = {EVENTS_OP: 0, CHUNKS_OP: 0, BEGIN: 0}  # the same, by kind
         self._dead: set[str] = set()  # uids whose exchange row will never exist
-        # uid -> [first seq not stored, event rows not stored], and what else its finish
-        # must say: what each exchange misses.
-        self._gaps: dict[str, list[int]] = {}
+        # (uid, row kind) -> [first seq not stored, rows not stored], and what else its
+        # finish must say: what each exchange misses. Replay sends an encoded exchange's wire
+        # chunks, a plain one's events: its gap is in the rows it sends.
+        self._gaps: dict[tuple[str, int], list[int]] = {}
         self._notes: dict[str, str] = {}
+        self._encoded: set[str] = set()
         # Committed into the store file as it is now (a deleted file takes them along).
         self.generation = {EVENTS_OP: 0, CHUNKS_OP: 0, BEGIN: 0}
 
@@ -66,8 +68,8 @@ class Ledger:
                 if kind == BEGIN:
                     self._dead.add(uid)
             self._count_dropped(kind, n)
-            if kind == EVENTS_OP:
-                self._gap(uid, payload)
+            if kind in ROWS:
+                self._gap(kind, uid, payload)
             return False
 
     def revive(self, uid: str) -> None:
@@ -75,8 +77,7 @@ class Ledger:
         with self.lock:
             if uid in self._dead:  # never stored: nothing will say what it misses
                 self._dead.discard(uid)
-                self._gaps.pop(uid, None)
-                self._notes.pop(uid, None)
+                self._forget(uid)
 
     def dropped(self, op: Op, *, dead: bool = False) -> None:
         """An op taken in will never be stored."""
@@ -84,8 +85,8 @@ class Ledger:
         with self.lock:
             self._count_dropped(op[0], n)
             self._settle(op[0], n)
-            if op[0] == EVENTS_OP:
-                self._gap(op[1], op[2])
+            if op[0] in ROWS:
+                self._gap(op[0], op[1], op[2])
             if op[0] == FINISH:
                 self._dead.discard(op[1])
             elif dead:
@@ -146,27 +147,35 @@ class Ledger:
             self._pending = 0
             return events, chunks
 
-    def gap(self, uid: str, first: int, rows: int, note: str | None = None) -> None:
-        """``uid`` misses ``rows`` events from seq ``first`` on (and what ``note`` says)."""
+    def encoded(self, uid: str) -> None:
+        """``uid`` streams wire chunks: replay sends those, so its gap is theirs."""
         with self.lock:
-            gap = self._gaps.setdefault(uid, [first, 0])
-            gap[0], gap[1] = min(gap[0], first), gap[1] + rows
-            if note is not None:
-                self._notes[uid] = note
+            self._encoded.add(uid)
+
+    def lost_before(self, uid: str, note: str) -> None:
+        """Everything ``uid`` streamed so far is gone (and ``note`` says why)."""
+        with self.lock:
+            for kind in ROWS:
+                self._gaps.setdefault((uid, kind), [0, 0])[0] = 0
+            self._notes[uid] = note
 
     def annotated(self, op: Op) -> Op:
         """A finish that says what of its exchange was not stored (``error``, ``gap_seq``)."""
         uid, fields = op[1], op[2]
         with self.lock:
-            gap = self._gaps.pop(uid, None)
-            note = self._notes.pop(uid, None)
-        if gap is None:
+            events, chunks = self._gaps.get((uid, EVENTS_OP)), self._gaps.get((uid, CHUNKS_OP))
+            note = self._notes.get(uid)
+            encoded = uid in self._encoded
+            self._forget(uid)
+        if events is None and chunks is None and note is None:
             return op
         notes = [fields.get("error"), note]
-        if gap[1]:
-            notes.append(f"{gap[1]} events not stored: the store was unavailable")
+        for gap, what in ((events, "events"), (chunks, "wire chunks")):
+            if gap is not None and gap[1]:
+                notes.append(f"{gap[1]} {what} not stored: the store was unavailable")
+        gap = chunks if encoded else events
         known = fields.get("gap_seq")
-        gap_seq = gap[0] if known is None else min(known, gap[0])
+        gap_seq = known if gap is None else gap[0] if known is None else min(known, gap[0])
         error = "; ".join(n for n in notes if n) or None
         return (FINISH, uid, {**fields, "gap_seq": gap_seq, "error": error})
 
@@ -183,9 +192,17 @@ class Ledger:
         if kind in self._waiting:
             self._waiting[kind] -= n
 
-    def _gap(self, uid: str, rows: list[Any]) -> None:  # with the lock held
+    def _forget(self, uid: str) -> None:  # with the lock held
+        for kind in ROWS:
+            self._gaps.pop((uid, kind), None)
+        self._notes.pop(uid, None)
+        self._encoded.discard(uid)
+
+    def _gap(self, kind: int, uid: str, rows: list[Any]) -> None:  # with the lock held
+        if kind == CHUNKS_OP:
+            self._encoded.add(uid)
         first = min(r[0] for r in rows)
-        gap = self._gaps.setdefault(uid, [first, 0])
+        gap = self._gaps.setdefault((uid, kind), [first, 0])
         gap[0], gap[1] = min(gap[0], first), gap[1] + len(rows)
 
     def _count_dropped(self, kind: int, n: int) -> None:  # with the lock held

@@ -195,6 +195,8 @@ class Writer:
     def _put(self, kind: int, uid: str, payload: Any, cost: int) -> None:
         if self._ledger.admit(kind, uid, cost, payload):
             self._q.put((kind, uid, payload))  # SimpleQueue.put never blocks
+            if kind == CHUNKS_OP:
+                self._ledger.encoded(uid)
 
     def _drop(self, op: Op, *, dead: bool = False) -> None:
         self._ledger.dropped(op, dead=dead)
@@ -399,7 +401,7 @@ class Writer:
             batch.apply(self._engine, self._sql)
         self._ids.update(batch.ids)
         for uid in batch.ids:  # their finish must say it, and replay must stop at the start
-            self._ledger.gap(uid, 0, 0, LOST_WITH_FILE)
+            self._ledger.lost_before(uid, LOST_WITH_FILE)
         events, exchanges = self._ledger.file_lost(batch.new)
         self._ledger.reopened(batch.new)
         log.error(

@@ -14,11 +14,30 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from ssetape.vocabulary import MAX_BODY
+
+
+def body_stand_in(size: int, sha256: str) -> dict[str, Any]:
+    """What stands for a body over MAX_BODY, stored and matched alike."""
+    return {"ssetape_body_not_stored": {"bytes": size, "sha256": sha256}}
+
+
+def placeholder(body: bytes) -> bytes:
+    """A body over MAX_BODY as it is stored: its stand-in, as JSON."""
+    return orjson.dumps(body_stand_in(len(body), hashlib.sha256(body).hexdigest()))
+
+
+def placeholder_of(size: int, sha256: str) -> bytes:
+    """The same, for a body hashed as it was read (never held whole)."""
+    return orjson.dumps(body_stand_in(size, sha256))
+
 
 def canonical_body(body: bytes | None, ignore: Iterable[str] = ()) -> Any:
     """The body as a comparable value: parsed JSON (minus ignored fields) or the raw bytes."""
     if not body:
         return None
+    if len(body) > MAX_BODY:  # stored as its stand-in: compared the same way
+        return body_stand_in(len(body), hashlib.sha256(body).hexdigest())
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:

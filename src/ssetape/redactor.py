@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 import orjson
+
+from ssetape.json_spans import NotJson, member_spans
 
 DEFAULT_HEADERS = frozenset(
     {
@@ -34,6 +37,8 @@ DEFAULT_QUERY_PARAMS = frozenset({"key", "api_key", "api-key", "apikey", "access
 _AUTH_SCHEME = re.compile(r"^(Bearer|Basic|Token|Digest)\s+", re.IGNORECASE)
 _MASK = re.compile(r"<redacted:[0-9a-f]{12}>")
 KEY_FREE_MASK = "<redacted>"
+log = logging.getLogger("ssetape.redactor")
+_WHOLE_LOGGED: set[str] = set()
 
 
 def unmask(node: Any) -> Any:
@@ -108,30 +113,41 @@ class Redactor:
             [(k, self.mask(v) if k.lower() in self.query_params else v) for k, v in pairs]
         )
 
-    def body(self, content: bytes | None) -> bytes | None:
-        """Mask configured JSON fields; a body that is not JSON is returned unchanged."""
+    def body(self, content: bytes | None, encoding: str = "") -> bytes | None:
+        """Mask configured JSON fields, touching no other byte. Fails closed: a body that is
+        compressed or not JSON-shaped, while fields are configured, is masked whole."""
         if not content or not (self._names or self._paths):
             return content
+        if encoding.strip().lower() not in ("", "identity"):
+            return self._whole(content, f"it is {encoding.strip()}-encoded")
         try:
-            doc = orjson.loads(content)
-        except orjson.JSONDecodeError:
+            spans = [
+                (start, end)
+                for path, start, end in member_spans(content)
+                if path[-1] in self._names or path in self._paths
+            ]
+        except NotJson as e:
+            return self._whole(content, f"it is not JSON ({e})")
+        if not spans:
             return content
-        changed, doc = self._walk(doc, ())
-        return orjson.dumps(doc) if changed else content
+        out, last = bytearray(), 0
+        for start, end in sorted(spans):
+            if start < last:
+                continue  # inside a value masked already
+            out += content[last:start]
+            out += b'"' + self.mask(content[start:end]).encode() + b'"'
+            last = end
+        out += content[last:]
+        return bytes(out)
 
-    def _walk(self, node: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
-        changed = False
-        if isinstance(node, dict):
-            for k, v in node.items():
-                sub = (*path, str(k))
-                if k in self._names or sub in self._paths:
-                    node[k] = self.mask(orjson.dumps(v))
-                    changed = True
-                else:
-                    c, node[k] = self._walk(v, sub)
-                    changed |= c
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                c, node[i] = self._walk(v, path)
-                changed |= c
-        return changed, node
+    def _whole(self, content: bytes, why: str) -> bytes:
+        """The whole body as one mask: fields to redact are configured and cannot be found."""
+        key = why.partition(" (")[0]
+        if key not in _WHOLE_LOGGED:  # once per kind of body, never its contents
+            _WHOLE_LOGGED.add(key)
+            log.warning(
+                "ssetape: a request body was masked whole because %s, so the fields to "
+                "redact cannot be found in it",
+                why,
+            )
+        return orjson.dumps(self.mask(content))

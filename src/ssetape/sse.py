@@ -148,6 +148,10 @@ class SseParser:
         """Number of buffered bytes not yet emitted."""
         return len(self._buf)
 
+    def tail(self, n: int) -> bytes:
+        """The last ``n`` buffered bytes (where the caller would look for an event end)."""
+        return bytes(self._buf[-n:]) if n > 0 else b""
+
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Consume ``chunk`` and return the blocks it completed, in stream order."""
         if self._closed:

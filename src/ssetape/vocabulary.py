@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ERROR_OUTCOMES", "INLINE_BODY", "ExchangeState", "Header", "Outcome", "RecordMode"]
+__all__ = [
+    "ERROR_OUTCOMES",
+    "INLINE_BODY",
+    "MAX_BODY",
+    "ExchangeState",
+    "Header",
+    "Outcome",
+    "RecordMode",
+]
 
 
 class RecordMode(StrEnum):
@@ -105,3 +113,6 @@ class Header(StrEnum):
 # Request bodies up to this size are redacted, fingerprinted and matched on the event loop;
 # larger ones go to a worker thread so one upload never stalls every other stream.
 INLINE_BODY = 64 * 1024
+# Request bodies larger than this are neither stored nor parsed: their size and SHA-256 stand
+# for them (in the store and in matching), so a huge upload costs no memory twice.
+MAX_BODY = 16 << 20

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import gzip
+import logging
+
 import orjson
+import pytest
 
 from ssetape.redactor import Redactor
 
@@ -65,5 +69,43 @@ def test_bodies_without_matches_are_untouched() -> None:
     r = Redactor(KEY, fields=["secret"])
     body = b'{ "a" : 1 }'
     assert r.body(body) is body
-    assert r.body(b"not json") == b"not json"
     assert r.body(None) is None
+    assert Redactor(KEY).body(b"not json") == b"not json"  # no fields: nothing to find
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # What JavaScript sends when text is cut inside an emoji: a lone surrogate escape.
+        b'{"prompt": "cut \\ud83d", "api_key": "sk-LEAK"}',
+        b'{"temperature": NaN, "api_key": "sk-LEAK"}',
+        b'\xef\xbb\xbf{"api_key": "sk-LEAK"}',
+        b'{"n": 18446744073709551616, "api_key": "sk-LEAK", "x": 1.50}',
+        b'{"deep": ' + b"[" * 2000 + b'{"api_key": "sk-LEAK"}' + b"]" * 2000 + b"}",
+        b'{\n  "api_key" :\t"sk-LEAK" ,\n  "ok": "\\u00e9"\n}',
+        b'{"api\\u005fkey": "sk-LEAK"}',  # the same key, escaped
+    ],
+)
+def test_only_the_secret_changes_whatever_the_json(body: bytes) -> None:
+    out = Redactor(KEY, fields=["api_key"]).body(body)
+    assert out is not None and b"sk-LEAK" not in out
+    before, _, after = body.partition(b'"sk-LEAK"')
+    assert out.startswith(before) and out.endswith(after)  # not one other byte rewritten
+    assert out[len(before) : len(out) - len(after)].startswith(b'"<redacted:')
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding"),
+    [
+        (b"api_key=sk-LEAK&x=1", ""),  # a form, not JSON
+        (b'{"api_key": "sk-LEAK"', ""),  # cut short
+        (gzip.compress(b'{"api_key": "sk-LEAK"}'), "gzip"),  # compressed on the wire
+    ],
+)
+def test_a_body_the_fields_cannot_be_found_in_is_masked_whole(
+    body: bytes, encoding: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "ssetape.redactor")
+    out = Redactor(KEY, fields=["api_key"]).body(body, encoding)
+    assert out is not None and orjson.loads(out).startswith("<redacted:")
+    assert b"sk-LEAK" not in out

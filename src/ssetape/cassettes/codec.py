@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, cast
 import orjson
 from sqlalchemy import Column, Table, TypeDecorator
 
+from ssetape.cassettes.constraints import check
 from ssetape.storage.models import Chunk, Event, Exchange
 
 TABLES = {
@@ -121,6 +122,12 @@ class CassetteCodec:
                 ignored.setdefault(f"{self.kind}.{key}", number)
                 continue
             values[key] = self._value(col, value, where)
+            value = values[key]
+            wrong = check(self.kind, key, value) if value is not None else None
+            if wrong is not None:
+                # Not the value itself when it is a structure: it may be nested a mile deep.
+                what = f", not {short(value)}" if not isinstance(value, dict | list) else ""
+                raise CassetteError(f"{where}: {key!r} {wrong}{what}")
         missing = [n for n, c in self.columns.items() if c.required and n not in values]
         if missing:
             raise CassetteError(

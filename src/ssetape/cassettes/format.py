@@ -46,6 +46,7 @@ FORMAT_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_BYTES = 4 * 1024 * 1024 * 1024
 HEADER_KEY = "ssetape_cassette"
+_SLACK_US = 1_000_000  # an event stamped a little after the end was measured (rounding, clocks)
 
 
 @dataclass
@@ -76,6 +77,7 @@ def read_records(
     seen_uids: dict[str, int] = {}
     last_seq: dict[str, int | None] = {"event": None, "chunk": None}
     have_exchange = False
+    duration: int | None = None
     rows = iter(lines)
     header = next(rows, None)
     if header is None:
@@ -102,6 +104,7 @@ def read_records(
                 )
             seen_uids[uid] = number
             have_exchange = True
+            duration = values.get("duration_us")
             last_seq = {"event": None, "chunk": None}
         else:
             if not have_exchange:
@@ -112,6 +115,11 @@ def read_records(
                     f"{where}: {kind} seq {values['seq']} does not follow seq {prev}"
                 )
             last_seq[kind] = values["seq"]
+            if duration is not None and values["offset_us"] > duration + _SLACK_US:
+                raise CassetteError(
+                    f"{where}: {kind} offset_us {values['offset_us']} is after the exchange "
+                    f"ended ({duration})"
+                )
         yield number, kind, values
 
 

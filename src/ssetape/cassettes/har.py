@@ -43,11 +43,16 @@ def _content(data: bytes, mime: str) -> dict[str, Any]:
         return {"size": len(data), "mimeType": mime, "text": text, "encoding": "base64"}
 
 
-def _decoded(data: bytes, encoding: str) -> bytes:
+# A HAR holds bodies decoded; one that inflates past this is exported as it came instead.
+MAX_DECODED = 64 << 20
+
+
+def _decoded(data: bytes, encoding: str) -> tuple[bytes, str | None]:
+    """The body decoded, or as it came and why (cut mid-stream, or a decompression bomb)."""
     try:
-        return decode(data, encoding)
-    except ValueError:
-        return data  # a body cut mid-stream may not decode: show the bytes as they came
+        return decode(data, encoding, MAX_DECODED), None
+    except ValueError as e:
+        return data, f"{encoding} body exported as it came ({e})"
 
 
 def _ms(us: int | None) -> float:
@@ -87,16 +92,21 @@ class Har:
                 "text": post["text"],
                 **({"_encoding": "base64"} if "encoding" in post else {}),
             }
+        comment_extra: list[str] = []
         if x["is_stream"]:
             # Events hold the decoded stream, byte-exact; wire chunks may be compressed.
             body = b"".join(e["raw"] for e in events)
         else:
-            body = _decoded(x["response_body"] or b"", _header(resp_headers, "content-encoding"))
+            encoding = _header(resp_headers, "content-encoding")
+            body, not_decoded = _decoded(x["response_body"] or b"", encoding)
+            if not_decoded is not None:
+                comment_extra.append(not_decoded)
         ttfb, duration = x["ttfb_us"], x["duration_us"]
         receive = max(0, (duration or 0) - (ttfb or 0)) if ttfb is not None else 0
         comment = f"ssetape exchange {x['uid']}: {x['state']}"
         if x["error"]:
             comment += f" ({x['error']})"
+        comment += "".join(f"; {c}" for c in comment_extra)
         return {
             "startedDateTime": x["started_at"].isoformat(),
             "time": _ms(duration if duration is not None else (ttfb or 0)),

@@ -49,7 +49,10 @@ def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Save the timeline as an SVG image (for a bug report).",
 )
-def show(db: str, exchange_id: str, as_json: bool, timeline: bool, svg_file: Path | None) -> None:
+@click.option("--full", is_flag=True, help="Print large events and bodies whole (not cut).")
+def show(
+    db: str, exchange_id: str, as_json: bool, timeline: bool, svg_file: Path | None, full: bool
+) -> None:
     """Show one exchange: redacted headers, bodies, every event with its offset."""
     store = open_db(db)
     try:
@@ -70,8 +73,8 @@ def show(db: str, exchange_id: str, as_json: bool, timeline: bool, svg_file: Pat
                 Console().print(TimelineChart(chart).render(width=Console().width))
             return
         if as_json:
-            print_json(detail(x, events, findings))
+            print_json(detail(x, events, findings, full=full))
         else:
-            Console().print(show_view(x, events, findings))
+            Console().print(show_view(x, events, findings, full=full))
     finally:
         store.close()

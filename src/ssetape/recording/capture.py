@@ -2,6 +2,12 @@
 
 Runs in the recording process (``ssetape.recording.worker``), fed the chunks the proxy stamped
 as it relayed them. It never raises: a stream it cannot parse is recorded as such.
+
+Everything it holds is bounded: an SSE event larger than ``max_event`` bytes is not kept (the
+exchange says so and where, and capture resumes at the next event), and a content-encoded
+stream is decoded only up to ``max_decoded`` bytes (a small compressed body can inflate to
+gigabytes). The wire chunks of an encoded stream are always kept as they came: replay sends
+those, byte for byte, even when its events could not all be parsed.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from ssetape.sse import SseEvent, SseParser
 
 log = logging.getLogger("ssetape.recording.capture")
 
-
+MAX_EVENT = 16 << 20  # bytes of one SSE event
+MAX_DECODED = 256 << 20  # bytes an encoded stream is decoded to
 # A blank line ends an SSE event, whichever line ends the server uses.
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 _LONGEST_END = 4
@@ -27,62 +34,109 @@ class Capture:
     proxy measures them as each chunk passes, so the time spent here does not shift them.
     """
 
-    def __init__(self, uid: str, sink: EventSink, *, sse: bool, encoding: str = "") -> None:
+    def __init__(
+        self,
+        uid: str,
+        sink: EventSink,
+        *,
+        sse: bool,
+        encoding: str = "",
+        max_event: int = MAX_EVENT,
+        max_decoded: int = MAX_DECODED,
+    ) -> None:
         self.uid = uid
         self._sink = sink
         self._parser = SseParser() if sse else None
+        self._max_event = max_event
+        self._max_decoded = max_decoded
         self._seq = 0
         self._chunk_seq = 0
-        self.error: str | None = None
+        self.error: str | None = None  # why it stopped parsing (a capture failure)
+        self.notes: list[str] = []  # what else the exchange must say it misses
         self.offset = 0  # of the latest chunk
         self.missing = 0  # bytes that never reached this capture (see gap)
-        self.gap_seq: int | None = None  # the first event the missing bytes belonged to
+        # The first row replay cannot send as it was (events, or wire chunks when encoded).
+        self.gap_seq: int | None = None
         self._skipping = False  # after a gap: until the next event starts
         self._carry = b""  # while skipping: the last bytes before the next chunk
+        self._wire = encoding.strip().lower() not in ("", "identity")
+        self._decoded = 0
+        self.parsing = True  # False once it failed, or stopped at the decoding bound
         self._decoder: Decoder | None = None
         try:
             self._decoder = decoder(encoding)
         except ValueError as e:
-            self.fail(str(e))
+            self.fail(f"{e}; the wire bytes are kept")
 
     def feed(self, data: bytes, offset: int) -> None:
         """One chunk as it arrived ``offset`` µs in; never raises."""
         self.offset = offset
-        if data and self.error is None:
-            try:
+        if not data:
+            return
+        try:
+            if self._wire:
+                self._sink.add_chunks(self.uid, [(self._chunk_seq, offset, data)])
+                self._chunk_seq += 1
+            if self.parsing:
                 self._feed(data, offset)
-            except Exception as e:
-                self.fail(f"{type(e).__name__}: {e}")
+        except Exception as e:
+            self.fail(f"{type(e).__name__}: {e}")
 
     def gap(self, size: int, tail: bytes) -> None:
         """``size`` bytes of the stream, ending in ``tail``, never arrived: resume at the
         next event (what the parser held is incomplete now), or give up if compressed."""
         self.missing += size
-        if self.gap_seq is None:
-            self.gap_seq = self._seq
-        if self.error is not None:
+        if self._wire:
+            self._mark_gap(self._chunk_seq)
+            if self.parsing:
+                self.fail(f"{size} bytes of a compressed stream not recorded")
             return
-        if self._decoder is not None:
-            self.fail(f"{size} bytes of a compressed stream not recorded")
-        elif self._parser is not None:
+        self._mark_gap(self._seq)
+        if self.parsing and self._parser is not None:
             self._parser = SseParser()
             self._skipping, self._carry = True, tail[-_LONGEST_END:]
 
+    def _mark_gap(self, seq: int) -> None:
+        if self.gap_seq is None:
+            self.gap_seq = seq
+
     def _feed(self, data: bytes, offset: int) -> None:
+        if self._decoder is None:
+            self._parse(data, offset)
+            return
+        for piece in self._decoder.feed(data):
+            self._decoded += len(piece)
+            if self._decoded > self._max_decoded:
+                self.notes.append(
+                    f"decoded past {self._max_decoded} bytes: events after #{self._seq} not "
+                    "parsed (the wire bytes are kept)"
+                )
+                self.parsing = False  # not a failure: the bound did its job
+                self._decoder = None
+                return
+            self._parse(piece, offset)
+
+    def _parse(self, data: bytes, offset: int) -> None:
         if self._skipping:
             data = self._resync(data)
             if not data:
                 return
-        if self._decoder is not None:
-            self._sink.add_chunks(self.uid, [(self._chunk_seq, offset, data)])
-            self._chunk_seq += 1
-            data = self._decoder.decompress(data)
-            if not data:
-                return
         if self._parser is None:
             self._emit_raw(data, offset)
-        else:
-            self._emit(self._parser.feed(data), offset)
+            return
+        self._emit(self._parser.feed(data), offset)
+        if self._parser.pending > self._max_event:
+            self._oversized()
+
+    def _oversized(self) -> None:
+        """An event past the bound: not kept; capture resumes at the next event."""
+        assert self._parser is not None
+        self.notes.append(f"an event over {self._max_event} bytes at #{self._seq} not stored")
+        if not self._wire:
+            self._mark_gap(self._seq)
+        tail = self._parser.tail(_LONGEST_END)
+        self._parser = SseParser()
+        self._skipping, self._carry = True, tail
 
     def _resync(self, data: bytes) -> bytes:
         """What follows the first event end in the bytes seen since the gap (its last ones
@@ -97,7 +151,7 @@ class Capture:
 
     def close(self, offset: int) -> None:
         """End of stream (clean or not) at ``offset``: flush what the parser still holds."""
-        if self._parser is None or self.error is not None:
+        if self._parser is None or not self.parsing:
             return
         try:
             self._emit(self._parser.close(), offset)
@@ -118,6 +172,7 @@ class Capture:
 
     def fail(self, message: str) -> None:
         self.error = f"capture failed: {message}"
-        if self.gap_seq is None:
-            self.gap_seq = self._seq
-        log.warning("ssetape: %s (exchange %s); traffic continues unrecorded", self.error, self.uid)
+        self.parsing = False
+        if not self._wire:  # the events are what replay sends: it stops here
+            self._mark_gap(self._seq)
+        log.warning("ssetape: %s (exchange %s); traffic continues", self.error, self.uid)

@@ -241,10 +241,10 @@ class RecordWorker:
             capture.close(offset)
             if capture.error is not None:
                 self.capture_failures += 1
-                fields["gap_seq"] = capture.gap_seq
-            notes = [fields["error"], capture.error]
+            notes = [fields["error"], capture.error, *capture.notes]
             if capture.missing:
                 notes.append(f"{capture.missing} bytes not recorded: {FELL_BEHIND}")
+            if capture.gap_seq is not None:
                 fields["gap_seq"] = capture.gap_seq
             fields["error"] = "; ".join(n for n in notes if n) or None
         self.live.finish(uid, fields)

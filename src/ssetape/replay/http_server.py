@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections.abc import Awaitable, Callable
 
-__all__ = ["HttpServer", "Responder", "error_response", "parse_head", "read_body"]
+from ssetape.matching import placeholder_of
+from ssetape.vocabulary import MAX_BODY
+
+__all__ = ["BadRequest", "HttpServer", "Responder", "error_response", "parse_head", "read_body"]
 
 # (writer, request line split in words, lower-cased header names -> values, body) -> whether
 # the connection may serve another request.
@@ -34,7 +38,12 @@ class HttpServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 request_line, headers = parse_head(head)
-                body = await read_body(reader, headers)
+                try:
+                    body = await read_body(reader, headers)
+                except BadRequest as e:
+                    error_response(writer, 400, f"ssetape: {e}", extra=b"connection: close\r\n")
+                    await writer.drain()
+                    break
                 keep = await self.respond(writer, request_line, headers, body)
                 if not keep or headers.get(b"connection", b"").lower() == b"close":
                     await writer.drain()
@@ -88,13 +97,60 @@ def parse_head(head: bytes) -> tuple[list[bytes], dict[bytes, bytes]]:
     return lines[0].split(b" "), out
 
 
+class BadRequest(ValueError):
+    """A request the server cannot read (malformed framing); the message says why."""
+
+
+class _Body:
+    """A request body as read: kept up to MAX_BODY, hashed past it (never held whole)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.hash = hashlib.sha256()
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        self.hash.update(data)
+        if self.size <= MAX_BODY:
+            self.parts.append(data)
+        else:
+            self.parts.clear()
+
+    def value(self) -> bytes:
+        if self.size > MAX_BODY:  # as the recorder stored it: its stand-in
+            return placeholder_of(self.size, self.hash.hexdigest())
+        return b"".join(self.parts)
+
+
 async def read_body(reader: asyncio.StreamReader, headers: dict[bytes, bytes]) -> bytes:
+    """The request's body (its stand-in past MAX_BODY); BadRequest if it is not framed
+    right. Read in pieces: a declared 5 GB body never sits in memory."""
+    body = _Body()
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-        parts = []
         while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            parts.append((await reader.readexactly(size + 2))[:-2])
+            line = (await reader.readuntil(b"\r\n")).split(b";")[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                raise BadRequest(f"bad chunk size {line[:20]!r}") from None
+            if size < 0:
+                raise BadRequest("bad chunk size")
+            await _read_into(reader, body, size)
+            await reader.readexactly(2)  # the chunk's CRLF
             if size == 0:  # no trailers: its CRLF was read with it
-                return b"".join(parts)
-    n = int(headers.get(b"content-length", b"0") or 0)
-    return await reader.readexactly(n) if n else b""
+                return body.value()
+    length = headers.get(b"content-length", b"0").strip() or b"0"
+    if not length.isdigit():
+        raise BadRequest(f"bad Content-Length {length[:20]!r}")
+    await _read_into(reader, body, int(length))
+    return body.value()
+
+
+async def _read_into(reader: asyncio.StreamReader, body: _Body, n: int) -> None:
+    while n > 0:
+        data = await reader.read(min(n, 1 << 16))
+        if not data:
+            raise asyncio.IncompleteReadError(b"", n)
+        body.add(data)
+        n -= len(data)

@@ -49,11 +49,15 @@ class Playback:
         headers = [(k, v) for k, v in (x.response_headers or []) if k.lower() not in HOP_BY_HOP]
         missing = incomplete(x)
         complete = x.state == ExchangeState.COMPLETED and missing is None
+        wire = bool(chunks)  # encoded: its wire chunks are what is sent
         if missing is not None:
             headers.append((Header.INCOMPLETE.value, missing))
             if x.gap_seq is not None and not allow_gaps:
-                events = [e for e in events if e.seq < x.gap_seq]
-                chunks = []  # the wire chunks cannot be cut at an event
+                # The gap is in the rows replay sends: wire chunks if encoded, else events.
+                if wire:
+                    chunks = [c for c in chunks if c.seq < x.gap_seq]
+                else:
+                    events = [e for e in events if e.seq < x.gap_seq]
             elif allow_gaps:
                 complete = x.state == ExchangeState.COMPLETED
         pieces: list[tuple[float, bytes]] = []
@@ -62,7 +66,7 @@ class Playback:
             # arrived in one read stay one write, as they came.
             rows = (
                 [(c.offset_us, c.data) for c in chunks]
-                if chunks
+                if wire
                 else [(e.offset_us, e.raw) for e in events]
             )
             for off, data in rows:

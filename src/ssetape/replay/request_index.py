@@ -20,7 +20,7 @@ from ssetape.matching import canonical_request, differences, fingerprint
 from ssetape.redactor import Redactor, unmask
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
-from ssetape.vocabulary import ExchangeState
+from ssetape.vocabulary import MAX_BODY, ExchangeState
 
 __all__ = ["CLI_HINT", "Miss", "RequestIndex"]
 
@@ -31,6 +31,7 @@ REPLAYABLE_STATES = (
     ExchangeState.INTERRUPTED,
 )
 NEAREST = 3
+NEAREST_SCAN = 500  # recordings a miss is compared with, at most
 # What a miss's message tells the user to do, in the words of the command they ran.
 CLI_HINT = (
     "Record it with --record-mode new_episodes, or ignore volatile fields with --ignore-field."
@@ -88,7 +89,9 @@ class RequestIndex:
         # Everything below this id is final and indexed; above it, rows may still be
         # recording (a slow stream begun before a fast one that finished).
         self._floor = 0
-        self._lock = threading.Lock()
+        self._by_endpoint: dict[tuple[str, str], list[_Entry]] = {}
+        self._lock = threading.Lock()  # never held while the store is read
+        self._refreshing = threading.Lock()  # one refresh at a time
         self.hint = hint
         self.keep_misses = keep_misses
         self.misses: list[Miss] = []
@@ -102,8 +105,9 @@ class RequestIndex:
         return unmask(canon)  # type: ignore[no-any-return]
 
     def refresh(self) -> None:
-        """Add recordings made since the last refresh (new_episodes, other recorders)."""
-        with self.store.Session() as s:
+        """Add recordings made since the last refresh (new_episodes, other recorders). The
+        store is read without the lock: lookups on the event loop never wait for it."""
+        with self._refreshing, self.store.Session() as s:
             rows = s.execute(
                 select(
                     Exchange.id,
@@ -116,20 +120,27 @@ class RequestIndex:
                     Exchange.path,
                     Exchange.query,
                     Exchange.request_body,
+                    Exchange.gap_seq,
                 )
                 .where(Exchange.id > self._floor)
                 .order_by(Exchange.id)
             ).all()
+            with self._lock:
+                self._merge(rows)
+
+    def _merge(self, rows: Sequence[Any]) -> None:  # with the lock held
         floor = None
-        for xid, state, status, error, method, scheme, host, path, query, body in rows:
+        for xid, state, status, error, method, scheme, host, path, query, body, gap in rows:
             if state == ExchangeState.RECORDING:
                 floor = xid - 1 if floor is None else floor
                 continue
             if xid in self._indexed:
                 continue
             self._indexed.add(xid)
-            # A stream whose capture failed has holes: serving it would not be faithful.
-            faithful = "capture failed" not in (error or "")
+            # A capture that failed before 0.2.0 left holes nothing marks: not faithful. Now a
+            # failure keeps the wire bytes (encoded streams) or says where the gap is.
+            failed = "capture failed" in (error or "")
+            faithful = not failed or gap is not None or "wire bytes are kept" in (error or "")
             if state not in REPLAYABLE_STATES or status is None or not faithful:
                 continue
             canon = self._canonical(method, host, path, query, body)
@@ -137,7 +148,9 @@ class RequestIndex:
             ids.append(xid)
             ids.sort()
             url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
-            self._entries.append(_Entry(xid, f"{method} {url}", canon))
+            entry = _Entry(xid, f"{method} {url}", canon)
+            self._entries.append(entry)
+            self._by_endpoint.setdefault((method.upper(), path), []).append(entry)
         if rows:
             self._floor = floor if floor is not None else rows[-1][0]
 
@@ -162,35 +175,60 @@ class RequestIndex:
         """
         path, _, raw_query = full_path.partition("?")
         query = self.redactor.query(raw_query)
-        canon = self._canonical(method, host, path, query, self.redactor.body(body))
+        # A body over MAX_BODY was never stored nor redacted: its stand-in is compared.
+        big = body is not None and len(body) > MAX_BODY
+        canon = self._canonical(
+            method, host, path, query, body if big else self.redactor.body(body)
+        )
         fp = fingerprint(canon)
+        if not may_query:
+            # On the event loop: never wait for a lookup that holds the lock in a thread.
+            if not self._lock.acquire(blocking=False):
+                return None
+            try:
+                return self._take(fp, method, host, path) if fp in self._by_fp else None
+            finally:
+                self._lock.release()
         with self._lock:
-            if fp not in self._by_fp:
-                if not may_query:
-                    return None
-                self.refresh()
-            ids = self._by_fp.get(fp)
-            if ids:
-                n = self._served.get(fp, 0)
-                if n < len(ids) or self.repeat:
-                    self._served[fp] = n + 1
-                    return ids[min(n, len(ids) - 1)]
-                miss = Miss(
-                    f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
-                    "were all served (ssetape_repeat is off)",
-                    [],
-                )
-                if self.keep_misses:
-                    self.misses.append(miss)
-                return miss
-            miss = self._miss(method, host, path, canon)
-            if self.keep_misses:
-                self.misses.append(miss)
-            return miss
+            known = fp in self._by_fp
+        if not known:
+            self.refresh()
+        with self._lock:
+            found = self._take(fp, method, host, path) if fp in self._by_fp else None
+            candidates = self._candidates(method, path) if found is None else []
+        if found is None:
+            # Out of the lock: the nearest search compares with many recordings.
+            found = self._miss(method, host, path, canon, candidates)
+        if isinstance(found, Miss) and self.keep_misses:
+            self.misses.append(found)
+        return found
 
-    def _miss(self, method: str, host: str, path: str, canon: dict[str, Any]) -> Miss:
+    def _candidates(self, method: str, path: str) -> list[_Entry]:  # with the lock held
+        """The recordings a miss is compared with: the same endpoint's first, at most
+        NEAREST_SCAN in all, so a miss costs the same on a tape of a million."""
+        same = self._by_endpoint.get((method.upper(), path), [])[-NEAREST_SCAN:]
+        ids = {e.id for e in same}
+        rest = self._entries[-(NEAREST_SCAN - len(same)) :] if len(same) < NEAREST_SCAN else []
+        return [*same, *(e for e in rest if e.id not in ids)]
+
+    def _take(self, fp: str, method: str, host: str, path: str) -> int | Miss:
+        """The next recording of ``fp`` (known) to serve."""  # with the lock held
+        ids = self._by_fp[fp]
+        n = self._served.get(fp, 0)
+        if n < len(ids) or self.repeat:
+            self._served[fp] = n + 1
+            return ids[min(n, len(ids) - 1)]
+        return Miss(
+            f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
+            "were all served (ssetape_repeat is off)",
+            [],
+        )
+
+    def _miss(
+        self, method: str, host: str, path: str, canon: dict[str, Any], candidates: list[_Entry]
+    ) -> Miss:
         scored = []
-        for e in self._entries:
+        for e in candidates:
             diffs = differences(e.canonical, canon)
             # A different endpoint is a worse neighbour than a different body field.
             weight = sum(10 if d.field in ("method", "host", "path") else 1 for d in diffs)

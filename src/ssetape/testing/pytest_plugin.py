@@ -134,7 +134,7 @@ def _redaction_key(config: pytest.Config) -> str | None:
     cache = getattr(config, "cache", None)
     if cache is None:  # -p no:cacheprovider: a fresh key per recording
         return None
-    from ssetape.testing.tape_session import cassette_lock, default_lock_dir
+    from ssetape.testing.cassette_lock import cassette_lock, default_lock_dir
 
     path = cache.mkdir("ssetape") / "redaction_key"
     with cassette_lock(path, default_lock_dir()):

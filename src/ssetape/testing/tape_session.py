@@ -14,9 +14,6 @@ when the test ends, under a per-cassette lock and by atomic replace, so parallel
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
-import hashlib
 import os
 import re
 import secrets
@@ -25,9 +22,9 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 from ssetape.cassettes.cassette import Cassette
@@ -35,6 +32,7 @@ from ssetape.redactor import Redactor
 from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.store import Store
 from ssetape.testing.cassette_front import CassetteFront
+from ssetape.testing.cassette_lock import cassette_lock, default_lock_dir
 from ssetape.testing.child_proxy import SSETAPE, ChildProxy, ChildProxyError
 from ssetape.testing.loop_thread import LoopThread
 from ssetape.vocabulary import RecordMode
@@ -46,28 +44,6 @@ PYTEST_HINT = (
 )
 _FORWARD = ""  # the key of the forward proxy among the per-upstream ones
 _NEAREST = re.compile(r"#(\d+) ")
-
-
-@contextlib.contextmanager
-def cassette_lock(cassette: Path, lock_dir: Path) -> Iterator[IO[str]]:
-    """An exclusive lock per cassette path, shared by every process on this machine.
-
-    The lock file lives outside the test tree (nothing to gitignore) and holds the id of the
-    test run that last wrote the cassette.
-    """
-    lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    name = hashlib.sha256(str(cassette.resolve()).encode()).hexdigest()[:32]
-    with open(lock_dir / f"{name}.lock", "a+", encoding="utf-8") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            f.seek(0)
-            yield f
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def default_lock_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"ssetape-locks-{os.getuid()}"
 
 
 class TapeSession:

@@ -25,10 +25,6 @@ def _ms(us: int | None) -> float | None:
     return None if us is None else round(us / 1000, 3)
 
 
-def _text(body: bytes | None) -> str | None:
-    return None if body is None else body.decode("utf-8", "replace")
-
-
 def summary(x: Exchange) -> dict[str, Any]:
     return {
         "id": x.id,
@@ -78,32 +74,51 @@ def knowledge(x: Exchange, findings: list[Finding]) -> dict[str, Any]:
     }
 
 
-def detail(x: Exchange, events: list[Event], findings: list[Finding]) -> dict[str, Any]:
+# What `show --json` holds of each event and body, unless --full.
+JSON_MAX = 1024 * 1024
+
+
+def _cut(data: bytes | None, full: bool) -> tuple[str | None, int | None]:
+    """Text of ``data`` (cut to JSON_MAX unless ``full``), and its size when it was cut."""
+    if data is None:
+        return None, None
+    if full or len(data) <= JSON_MAX:
+        return data.decode("utf-8", "replace"), None
+    return data[:JSON_MAX].decode("utf-8", "replace"), len(data)
+
+
+def _event(e: Event, full: bool) -> dict[str, Any]:
+    raw, size = _cut(e.raw, full)
+    data = e.data
+    if not full and data is not None and len(data) > JSON_MAX:
+        data = data[:JSON_MAX]
+    doc: dict[str, Any] = {"seq": e.seq, "offset_us": e.offset_us, "event": e.event, "data": data,
+           "id": e.sse_id, "raw": raw}  # fmt: skip
+    if size is not None or data is not e.data:
+        doc["truncated"] = {"raw_bytes": len(e.raw), "data_characters": len(e.data or "")}
+    return doc
+
+
+def detail(
+    x: Exchange, events: list[Event], findings: list[Finding], *, full: bool = False
+) -> dict[str, Any]:
+    """The whole exchange for scripts; events and bodies over JSON_MAX are cut (saying so,
+    with their size) unless ``full``."""
     body = x.response_body
     if body is None and x.is_stream and not _encoded(x):
         body = b"".join(e.raw for e in events)
+    request_body, request_size = _cut(x.request_body, full)
+    response_body, response_size = _cut(body, full)
     return {
         **summary(x),
         **knowledge(x, findings),
         "fingerprint": x.fingerprint,
-        "request": {"headers": x.request_headers, "body": _text(x.request_body)},
-        "response": {
-            "reason": x.reason,
-            "headers": x.response_headers,
-            "body": _text(body),
-        },
-        "events": [
-            {
-                "seq": e.seq,
-                "offset_us": e.offset_us,
-                "event": e.event,
-                "data": e.data,
-                "id": e.sse_id,
-                "raw": e.raw.decode("utf-8", "replace"),
-            }
-            for e in events
-        ],
-    }
+        "request": {"headers": x.request_headers, "body": request_body,
+                    **({"body_bytes": request_size} if request_size else {})},
+        "response": {"reason": x.reason, "headers": x.response_headers, "body": response_body,
+                     **({"body_bytes": response_size} if response_size else {})},
+        "events": [_event(e, full) for e in events],
+    }  # fmt: skip
 
 
 def _encoded(x: Exchange) -> bool:

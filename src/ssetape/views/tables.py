@@ -11,9 +11,23 @@ from rich.text import Text
 
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.views.documents import origin_of, summary, url_of
+from ssetape.views.escape import abbreviated, cell, visible
 from ssetape.vocabulary import ExchangeState, Outcome
 
-__all__ = ["list_table", "runs_table", "show_view", "stats_table"]
+__all__ = [
+    "BODY_MAX",
+    "EVENT_MAX",
+    "SAID_MAX",
+    "list_table",
+    "runs_table",
+    "show_view",
+    "stats_table",
+]
+
+# What `ssetape show` prints of each, unless --full: a 50 MB event must not take minutes.
+EVENT_MAX = 2000  # characters of an event's data
+SAID_MAX = 2000  # characters of the model's output, reasoning, refusal, a tool call
+BODY_MAX = 64 * 1024  # bytes of a request or response body
 
 _MODEL_WIDTH = 16  # long gateway model names ("openai/gpt-4o-2024-08-06") end in "…"
 _LIST_COLUMNS = ("id", "started", "status", "model", "outcome", "events", "tokens", "ttft ms")
@@ -65,7 +79,8 @@ def list_table(rows: list[Exchange], width: int = 80) -> Table:
         )
     t.add_column("request", no_wrap=True, overflow="ellipsis", max_width=request_width)
     for c in cells:
-        t.add_row(*c[:4], Text(c[4], style=_OUTCOME_STYLE.get(c[4], "yellow")), *c[5:])
+        outcome = cell(c[4], _OUTCOME_STYLE.get(c[4], "yellow"))
+        t.add_row(*map(cell, c[:4]), outcome, *map(cell, c[5:]))
     return t
 
 
@@ -94,40 +109,49 @@ def _headers_table(title: str, headers: list[list[str]] | None) -> Table:
     t.add_column(style="cyan")
     t.add_column()
     for name, value in headers or []:
-        t.add_row(name, value)
+        t.add_row(cell(name), cell(value))
     return t
 
 
-def _pretty(body: bytes | None) -> str:
+def _pretty(body: bytes | None, full: bool) -> Text:
     if not body:
-        return ""
+        return Text("")
+    if not full and len(body) > BODY_MAX:
+        head = body[:BODY_MAX].decode("utf-8", "replace")
+        more = len(body) - BODY_MAX
+        return cell(f"{head} … ({more:,} more bytes; show --full prints them)")
     try:
-        return orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
+        text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
     except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace")
+        text = body.decode("utf-8", "replace")
+    return cell(text)
 
 
-def show_view(x: Exchange, events: list[Event], findings: list[Finding]) -> RenderableType:
+def show_view(
+    x: Exchange, events: list[Event], findings: list[Finding], *, full: bool = False
+) -> RenderableType:
+    """One exchange for a person; events and bodies past a few kilobytes are cut (with their
+    size) unless ``full``."""
     s = summary(x)
     head = Text.assemble(
         (f"#{x.id} ", "bold"),
-        f"{x.method} {s['url']}  ",
+        visible(f"{x.method} {s['url']}  "),
         (f"{x.status or '-'} ", "bold"),
         (x.state, "green" if x.state == ExchangeState.COMPLETED else "yellow"),
         f"  ttfb {s['ttfb_ms']} ms  ttft {s['ttft_ms']} ms  duration {s['duration_ms']} ms",
     )
     parts: list[RenderableType] = [head]
     if x.error:
-        parts.append(Text(f"error: {x.error}", style="red"))
+        parts.append(cell(f"error: {x.error}", "red"))
     if x.analysis_version is not None:
         parts.append(_knowledge_line(x))
         parts += _said(x)
     for f in findings:
         where = "" if f.event_seq is None else f" (event #{f.event_seq})"
-        parts.append(Text(f"finding {f.code}{where}: {f.detail}", style="magenta"))
+        parts.append(cell(f"finding {f.code}{where}: {f.detail}", "magenta"))
     parts += [
         _headers_table("request headers", x.request_headers),
-        Text(_pretty(x.request_body)),
+        _pretty(x.request_body, full),
         _headers_table("response headers", x.response_headers),
     ]
     if x.is_stream:
@@ -138,11 +162,17 @@ def show_view(x: Exchange, events: list[Event], findings: list[Finding]) -> Rend
         t.add_column("data", overflow="fold")
         for e in events:
             label = e.event or ("comment" if e.raw.lstrip().startswith(b":") else "-")
-            data = e.data if e.data is not None else e.raw.decode("utf-8", "replace").strip()
-            t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", label, data)
+            if e.data is not None:
+                data = e.data if full else abbreviated(e.data, EVENT_MAX)
+            else:
+                raw = e.raw if full else e.raw[: EVENT_MAX + 1]
+                data = raw.decode("utf-8", "replace").strip()
+                if not full and len(e.raw) > EVENT_MAX:
+                    data = abbreviated(data, EVENT_MAX) + f" ({len(e.raw):,} bytes in all)"
+            t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", cell(label), cell(data))
         parts.append(t)
     else:
-        parts.append(Text(_pretty(x.response_body)))
+        parts.append(_pretty(x.response_body, full))
     return Group(*parts)
 
 
@@ -156,13 +186,10 @@ def _knowledge_line(x: Exchange) -> Text:
     )
     tps = f"  {x.tokens_per_s:.1f} tok/s" if x.tokens_per_s is not None else ""
     return Text.assemble(
-        f"{x.api} {x.model or '-'}  ",
-        (f"{x.outcome}{reason}", _OUTCOME_STYLE.get(x.outcome or "", "yellow")),
+        visible(f"{x.api} {x.model or '-'}  "),
+        (visible(f"{x.outcome}{reason}"), _OUTCOME_STYLE.get(x.outcome or "", "yellow")),
         f"  tokens in/out {_tokens(x) or '-'}{tps}{gaps}",
     )
-
-
-_SAID_MAX = 2000  # characters of each text shown; `show --json` has all of it
 
 
 def _said(x: Exchange) -> list[Text]:
@@ -175,15 +202,10 @@ def _said(x: Exchange) -> list[Text]:
         ("refusal", details.get("refusal_text")),
     ):
         if text:
-            more = f" … ({len(text) - _SAID_MAX} more characters)" if len(text) > _SAID_MAX else ""
-            out.append(Text.assemble((f"{label}: ", "bold"), text[:_SAID_MAX] + more))
+            out.append(Text.assemble((f"{label}: ", "bold"), visible(abbreviated(text, SAID_MAX))))
     for call in details.get("tool_calls") or []:
-        out.append(
-            Text.assemble(
-                ("tool call: ", "bold"),
-                f"{call.get('name')}({call.get('arguments', '')[:_SAID_MAX]})",
-            )
-        )
+        shown = abbreviated(f"{call.get('name')}({call.get('arguments', '')})", SAID_MAX)
+        out.append(Text.assemble(("tool call: ", "bold"), visible(shown)))
     return out
 
 
@@ -201,7 +223,7 @@ def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
     for r in rows:
         tps = r["tokens_per_s"]["p50"]
         t.add_row(
-            r["group"],
+            cell(r["group"]),
             str(r["count"]),
             f"{r['errors']} {100 * r['error_rate']:.0f}%",
             pair(r["ttfb_ms"]),
@@ -223,7 +245,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     for r in runs:
         lost = r["events_lost"] or r["exchanges_lost"] or r["store_errors"]
         t.add_row(
-            Text(r["recorder"]),
+            cell(r["recorder"]),
             r["status"],
             f"{r['exchanges_recorded']:,}",
             f"{r['events_recorded']:,}",

@@ -322,9 +322,49 @@ EVENT = b'{"kind": "event", "seq": 0, "offset_us": 10, "raw": "data: x\\n\\n"}\n
             HEADER
             + EXCHANGE
             + b'{"kind": "event", "seq": 0, "offset_us": 1, "raw": "'
-            + b"x" * 2000
+            + b"x" * 5000
             + b'"}\n',
-            ":3: line longer than 1024 bytes",
+            ":3: line longer than 4096 bytes",
+        ),
+        # Values of the right type that would break ssetape after the import.
+        (
+            HEADER + EXCHANGE.replace(b'"request_headers":[]', b'"request_headers":{"a":1}'),
+            ":2: 'request_headers' must be a list of [name, value] pairs",
+        ),
+        (
+            HEADER + EXCHANGE.replace(b'"request_headers":[]', b'"request_headers":[["a",1]]'),
+            ":2: 'request_headers' must be a list of [name, value] pairs of strings",
+        ),
+        (
+            HEADER + EXCHANGE.replace(b'"state":"completed"', b'"state":"pwned"'),
+            ":2: 'state' must be one of recording, completed",
+        ),
+        (
+            HEADER + EXCHANGE.replace(b'"status":200', b'"status":200,"ttfb_us":315360000000000'),
+            ":2: 'ttfb_us' must be between 0 and 86400000000",
+        ),
+        (
+            HEADER
+            + EXCHANGE
+            + EVENT.replace(b'"offset_us": 10', b'"offset_us": 1000000000000000000'),
+            ":3: 'offset_us' must be between 0 and 86400000000",
+        ),
+        (
+            HEADER
+            + EXCHANGE.replace(b'"status":200', b'"status":200,"duration_us":5000')
+            + EVENT.replace(b'"offset_us": 10', b'"offset_us": 9000000'),
+            ":3: event offset_us 9000000 is after the exchange ended (5000)",
+        ),
+        (
+            HEADER
+            + EXCHANGE.replace(
+                b'"status":200', b'"status":200,"details":{"a":' + b"[" * 1000 + b"]" * 1000 + b"}"
+            ),
+            ":2: 'details' is nested deeper than 16",
+        ),
+        (
+            HEADER + EXCHANGE.replace(b'"port":80', b'"port":99999999999999999999'),
+            ":2:",
         ),
     ],
 )
@@ -335,7 +375,7 @@ def test_malformed_cassettes_are_refused_with_the_line(
     f.write_bytes(content)
     store = Store.open(str(tmp_path / "s.db"))
     with pytest.raises(CassetteError, match=None) as e:
-        Cassette(f, max_line_bytes=1024).import_into(store)
+        Cassette(f, max_line_bytes=4096).import_into(store)
     msg = str(e.value)
     assert needle in msg and str(f) in msg and "\n" not in msg, msg
     assert store.exchanges() == []  # all or nothing

@@ -169,6 +169,10 @@ def test_list_filters(tape: Tape) -> None:
     word = tape.texts["claude-sim"].split()[0]
     assert "claude-sim" in models("--grep", word)
     assert_one_line_error(run("list", "--db", tape.db, "--since", "yesterday"), "--since")
+    for huge in ("99999999999999d", "9" * 400 + "w"):
+        assert_one_line_error(run("list", "--db", tape.db, "--since", huge), "too far back")
+    until = run("export", "--db", tape.db, "-o", "-", "--until", "99999999999999d")
+    assert_one_line_error(until, "too far back")
     assert_one_line_error(run("list", "--db", tape.db, "--api", "fax"), "--api")
     human = cli("list", "--db", tape.db)
     assert human.returncode == 0

@@ -18,18 +18,20 @@ class Sink:
         self.chunks: list[dict[str, Any]] = []
         self.calls = 0
         self.fail_at = fail_at
+        self.kinds: list[str] = []  # "events" or "chunks", call by call
 
-    def _call(self) -> None:
+    def _call(self, kind: str) -> None:
         self.calls += 1
+        self.kinds.append(kind)
         if self.calls == self.fail_at:
             raise RuntimeError("sink exploded")
 
     def add_events(self, uid: str, rows: list[EventRow]) -> None:
-        self._call()
+        self._call("events")
         self.events += [dict(zip(_EVENT_KEYS, r, strict=True)) for r in rows]
 
     def add_chunks(self, uid: str, rows: list[ChunkRow]) -> None:
-        self._call()
+        self._call("chunks")
         self.chunks += [dict(zip(_CHUNK_KEYS, r, strict=True)) for r in rows]
 
     def raw(self) -> bytes:

@@ -89,3 +89,34 @@ def test_a_gap_in_a_compressed_stream_ends_its_capture() -> None:
     cap.gap(5, wire[10:15])
     cap.feed(wire[15:], 2)
     assert cap.error is not None and "compressed" in cap.error and cap.missing == 5
+
+
+def test_an_event_over_the_bound_is_not_kept_and_capture_goes_on() -> None:
+    sink = Sink()
+    cap = Capture("u", sink, sse=True, max_event=1 << 20)
+    cap.feed(b"data: 1\n\n", 1)
+    for i in range(10):  # a 10 MiB line that never ends
+        cap.feed(b"x" * (1 << 20), 2 + i)
+    cap.feed(b"y\n\ndata: 2\n\n", 20)
+    cap.close(30)
+    assert [e["data"] for e in sink.events] == ["1", "2"]
+    assert cap.gap_seq == 1  # replay stops after the first event: what follows is not it
+    assert cap.error is None and cap.notes == [f"an event over {1 << 20} bytes at #1 not stored"]
+    assert cap._parser is not None and cap._parser.pending == 0  # nothing of it held
+
+
+def test_a_decompression_bomb_is_decoded_only_to_the_bound() -> None:
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)
+    head = co.compress(b"data: 1\n\n") + co.flush(zlib.Z_SYNC_FLUSH)
+    bomb = b"".join(co.compress(bytes(1 << 20)) for _ in range(256)) + co.flush()  # 256 MiB
+    sink = Sink()
+    cap = Capture("u", sink, sse=True, encoding="gzip", max_event=1 << 20, max_decoded=8 << 20)
+    cap.feed(head, 1)
+    for i in range(0, len(bomb), 4096):
+        cap.feed(bomb[i : i + 4096], 2)
+    cap.close(3)
+    assert [e["data"] for e in sink.events] == ["1"]
+    # Every wire byte is kept (replay sends those), none of the inflated output.
+    assert b"".join(c["data"] for c in sink.chunks) == head + bomb  # type: ignore[misc]
+    assert cap.error is None and cap.gap_seq is None
+    assert any(n.startswith(f"decoded past {8 << 20} bytes") for n in cap.notes)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import brotli
 import pytest
-import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,10 +81,20 @@ def _brotli(body: bytes, flushes: list[int]) -> bytes:
 
 
 def _zstd(body: bytes, flushes: list[int]) -> bytes:
-    co = zstandard.ZstdCompressor().compressobj()
-    out = [co.compress(piece) + co.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
-           for piece in chunked(body, flushes)]  # fmt: skip
-    return b"".join([*out, co.flush()])
+    """zstd with a block flush per piece, by whichever binding mitmproxy brought."""
+    try:
+        from backports import zstd  # mitmproxy 12; `compression.zstd` from Python 3.14
+
+        co = zstd.ZstdCompressor()
+        out = [co.compress(piece, co.FLUSH_BLOCK) for piece in chunked(body, flushes)]
+        return b"".join([*out, co.flush()])
+    except ImportError:
+        import zstandard  # mitmproxy 11
+
+        zo = zstandard.ZstdCompressor().compressobj()
+        out = [zo.compress(piece) + zo.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+               for piece in chunked(body, flushes)]  # fmt: skip
+        return b"".join([*out, zo.flush()])
 
 
 ENCODERS: dict[str, Callable[[bytes, list[int]], bytes]] = {
@@ -156,8 +165,9 @@ def test_a_failing_sink_never_touches_the_bytes(
     feed(cap, chunked(wire, cuts))
     if sink.calls >= fail_at:
         assert cap.error is not None and "sink exploded" in cap.error
-        # Nothing is captured after the failure: no half-parsed state is reused.
-        assert sink.calls == fail_at
+        # No event is captured after the failure: no half-parsed state is reused. Wire
+        # chunks go on (replay sends those).
+        assert "events" not in sink.kinds[fail_at:]
 
 
 @FUZZ

@@ -1,0 +1,100 @@
+"""What `ssetape show` and `list` print from hostile recordings: markup and escape sequences
+in model output, headers and paths are shown, never obeyed; huge events are cut with their
+size unless --full."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+from ssetape.storage.models import Event, Exchange
+from ssetape.storage.store import Store
+from ssetape.views.tables import EVENT_MAX, list_table, show_view
+from tests.conftest import SSETAPE
+
+# What a terminal would act on: set the title, write the clipboard, clear the screen.
+TITLE, CLIPBOARD, CLEAR = "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x07", "\x1b[2J"
+HOSTILE = f"ok [/] [bold red]red[/bold red] {TITLE}{CLIPBOARD}{CLEAR} end"
+
+
+def hostile_store(path: Path, *, big: int = 0) -> Store:
+    store = Store.open(str(path))
+    data = orjson.dumps({"choices": [{"delta": {"content": HOSTILE}}]}).decode()
+    events = [
+        (0, 1000, "message", data, None, f"data: {data}\n\n".encode()),
+        (1, 2000, "message", "x" * big, None, b"data: " + b"x" * big + b"\n\n"),
+    ]
+    with store.Session.begin() as s:
+        x = Exchange(
+            uid="h" * 32, started_at=dt.datetime.now(dt.UTC), method="POST", scheme="https",
+            host="api.example.com", port=443, path=f"/v1/[bold red]chat{CLEAR}", query="",
+            http_version="HTTP/1.1", request_headers=[["x-evil", HOSTILE]],
+            request_body=orjson.dumps({"model": f"m{TITLE}"}), fingerprint="f", status=200,
+            reason="OK", response_headers=[["content-type", "text/event-stream"]],
+            is_stream=True, state="completed", event_count=2, model=f"gpt[/]{TITLE}",
+            output_text=HOSTILE, outcome="completed", analysis_version=1, error=HOSTILE,
+        )  # fmt: skip
+        s.add(x)
+        s.flush()
+        for seq, off, ev, d, _id, raw in events:
+            s.add(Event(exchange_id=x.id, seq=seq, offset_us=off, event=ev, data=d, raw=raw))
+    return store
+
+
+def printed(renderable: Any, *, terminal: bool = True) -> str:
+    out = io.StringIO()
+    Console(file=out, force_terminal=terminal, width=200, color_system="truecolor").print(
+        renderable
+    )
+    return out.getvalue()
+
+
+def test_recorded_text_is_shown_never_obeyed(tmp_path: Path) -> None:
+    store = hostile_store(tmp_path / "t.db")
+    [x] = store.exchanges()
+    for text in (printed(show_view(x, store.events(x.id), [])), printed(list_table([x]))):
+        for sequence in (TITLE, CLIPBOARD, CLEAR):
+            assert sequence not in text  # no escape sequence from the recording reaches it
+        assert "\\x1b" in text  # shown, written out
+    plain = printed(show_view(x, store.events(x.id), []), terminal=False)
+    assert "ok [/] [bold red]red[/bold red]" in plain  # markup in data is text
+    store.close()
+
+
+def test_show_cuts_huge_events_unless_full(tmp_path: Path) -> None:
+    store = hostile_store(tmp_path / "t.db", big=5_000_000)
+    [x] = store.exchanges()
+    cut = printed(show_view(x, store.events(x.id), []), terminal=False)
+    assert f"{5_000_000 - EVENT_MAX:,} more characters; show --full prints them" in cut
+    assert len(cut) < 100_000
+    full = printed(show_view(x, store.events(x.id), [], full=True), terminal=False)
+    assert full.count("x") >= 5_000_000
+    store.close()
+
+
+def test_the_cli_prints_hostile_and_huge_recordings(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    hostile_store(db, big=2_000_000).close()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
+    for args in (["show", "1"], ["list"], ["show", "1", "--json"]):
+        r = subprocess.run(
+            [SSETAPE, *args, "--db", str(db)], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        for sequence in (TITLE, CLIPBOARD, CLEAR):
+            assert sequence not in r.stdout
+    doc = orjson.loads(
+        subprocess.run(
+            [SSETAPE, "show", "1", "--json", "--db", str(db)], capture_output=True, check=True
+        ).stdout
+    )
+    assert doc["events"][1]["truncated"]["raw_bytes"] == 2_000_008
+    assert len(doc["events"][1]["raw"]) == 1024 * 1024
