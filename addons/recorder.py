@@ -22,6 +22,7 @@ from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.options import add_store_options, default_db, open_store, store_redactor
 from ssetape.matching import canonical_request, fingerprint, placeholder
+from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.link import RecordLink
 from ssetape.recording.protocol import FinalCounts
 from ssetape.redactor import Redactor
@@ -70,6 +71,12 @@ def store_timeout(value: str) -> float:
     return seconds
 
 
+def at_least(name: str, value: int, least: int) -> int:
+    if value < least:
+        raise exceptions.OptionsError(f"{name}: {value} is below the least allowed, {least}")
+    return value
+
+
 def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -102,6 +109,20 @@ class Recorder:
             "ssetape_max_pending rows.",
         )
         loader.add_option(
+            "ssetape_max_event",
+            int,
+            MAX_EVENT,
+            "Bytes of one SSE event that are kept; a larger one is not stored (the exchange "
+            "says where) and the client still gets every byte.",
+        )
+        loader.add_option(
+            "ssetape_max_decoded",
+            int,
+            MAX_DECODED,
+            "Bytes a content-encoded stream is decoded to for its events; past that only its "
+            "wire bytes are stored (a small compressed body can inflate to gigabytes).",
+        )
+        loader.add_option(
             "ssetape_max_pending",
             int,
             1_000_000,
@@ -120,6 +141,10 @@ class Recorder:
         if not ctx.options.ssetape_record:
             return
         deadline = store_timeout(ctx.options.ssetape_store_timeout)
+        max_pending = at_least("ssetape_max_pending", ctx.options.ssetape_max_pending, 1)
+        # Read by each stream as it begins: a change applies to the streams after it.
+        at_least("ssetape_max_event", ctx.options.ssetape_max_event, 1024)
+        at_least("ssetape_max_decoded", ctx.options.ssetape_max_decoded, 1 << 20)
         if self.store is None or updated & {"ssetape_db", "ssetape_store_timeout"}:
             # Opened here too: a bad target is an option error (and the old store stays),
             # and migrations run once.
@@ -128,7 +153,7 @@ class Recorder:
             self.store = store
             self.link = RecordLink(
                 ctx.options.ssetape_db or default_db(),
-                max_pending=max(1, ctx.options.ssetape_max_pending),
+                max_pending=max_pending,
                 deadline=deadline,
                 # Beside the replayer, a replay-only session must leave its tape untouched.
                 active="ssetape_record_mode" not in ctx.options,
@@ -221,6 +246,8 @@ class Recorder:
                 uid,
                 sse=resp.headers.get("content-type", "").lower().startswith("text/event-stream"),
                 encoding=resp.headers.get("content-encoding", ""),
+                max_event=ctx.options.ssetape_max_event,
+                max_decoded=ctx.options.ssetape_max_decoded,
             )
             resp.stream = self._stamper(self.link, uid, meta["t0"])
             meta["streamed"] = True

@@ -28,6 +28,7 @@ from typing import Any
 from ssetape.analysis.analyzer import Analyzer
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.recording import protocol
+from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.protocol import BEGIN, FINISH, STREAM, UPDATE, WorkerConfig
 from ssetape.recording.worker import RecordWorker, tune_gc
 from ssetape.storage.store import Store
@@ -52,7 +53,8 @@ def messages(events: int, streams: int, per_chunk: int) -> list[tuple[Any, ...]]
     out: list[tuple[Any, ...]] = []
     for s in range(streams):
         uid = f"u{s}"
-        out += [(BEGIN, uid, dict(fields)), (UPDATE, uid, dict(head)), (STREAM, uid, True, "")]
+        stream = (STREAM, uid, True, "", MAX_EVENT, MAX_DECODED)
+        out += [(BEGIN, uid, dict(fields)), (UPDATE, uid, dict(head)), stream]
         n = events // streams
         out += [
             (protocol.CHUNK, uid, i, b"".join(CHUNK % j for j in range(i, min(n, i + per_chunk))))

@@ -124,16 +124,37 @@ class Capture:
         if self._parser is None:
             self._emit_raw(data, offset)
             return
-        self._emit(self._parser.feed(data), offset)
+        pending = self._parser.pending
+        events = self._parser.feed(data)
+        if pending + len(data) > self._max_event:  # only then can an event be over the bound
+            events = self._within_bound(events, offset)
+        self._emit(events, offset)
         if self._parser.pending > self._max_event:
             self._oversized()
 
-    def _oversized(self) -> None:
-        """An event past the bound: not kept; capture resumes at the next event."""
-        assert self._parser is not None
+    def _within_bound(self, events: list[SseEvent], offset: int) -> list[SseEvent]:
+        """``events`` up to the last one over the bound emitted, those over it named; the
+        rest, to emit."""
+        kept: list[SseEvent] = []
+        for ev in events:
+            if len(ev.raw) > self._max_event:
+                self._emit(kept, offset)
+                kept = []
+                self._not_stored()
+            else:
+                kept.append(ev)
+        return kept
+
+    def _not_stored(self) -> None:
         self.notes.append(f"an event over {self._max_event} bytes at #{self._seq} not stored")
         if not self._wire:
             self._mark_gap(self._seq)
+
+    def _oversized(self) -> None:
+        """An event past the bound still arriving: not kept; capture resumes at the next
+        event."""
+        assert self._parser is not None
+        self._not_stored()
         tail = self._parser.tail(_LONGEST_END)
         self._parser = SseParser()
         self._skipping, self._carry = True, tail

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import IO, Any
 
+from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.protocol import (
     BEGIN,
     CHUNK,
@@ -193,8 +194,16 @@ class RecordLink:
     def update(self, uid: str, fields: dict[str, Any]) -> None:
         self._send((UPDATE, uid, fields))
 
-    def stream(self, uid: str, *, sse: bool, encoding: str) -> None:
-        self._send((STREAM, uid, sse, encoding))
+    def stream(
+        self,
+        uid: str,
+        *,
+        sse: bool,
+        encoding: str,
+        max_event: int = MAX_EVENT,
+        max_decoded: int = MAX_DECODED,
+    ) -> None:
+        self._send((STREAM, uid, sse, encoding, max_event, max_decoded))
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         self._send((FINISH, uid, offset, fields))

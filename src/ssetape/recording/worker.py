@@ -203,10 +203,17 @@ class RecordWorker:
             self.live.update(uid, fields)
             self.writer.update(uid, **fields)
 
-    def _stream(self, msg: tuple[str, str, bool, str]) -> None:
-        _, uid, sse, encoding = msg
+    def _stream(self, msg: tuple[str, str, bool, str, int, int]) -> None:
+        _, uid, sse, encoding, max_event, max_decoded = msg
         if uid in self.open:
-            self.captures[uid] = Capture(uid, self.live, sse=sse, encoding=encoding)
+            self.captures[uid] = Capture(
+                uid,
+                self.live,
+                sse=sse,
+                encoding=encoding,
+                max_event=max_event,
+                max_decoded=max_decoded,
+            )
 
     def _gap(self, msg: tuple[str, str, int, bytes]) -> None:
         capture = self.captures.get(msg[1])

@@ -105,6 +105,19 @@ def test_an_event_over_the_bound_is_not_kept_and_capture_goes_on() -> None:
     assert cap._parser is not None and cap._parser.pending == 0  # nothing of it held
 
 
+def test_an_event_over_the_bound_that_arrives_whole_is_not_kept_either() -> None:
+    sink = Sink()
+    cap = Capture("u", sink, sse=True, max_event=1024)
+    cap.feed(b"data: 1\n\ndata: " + b"x" * 2000 + b"\n\ndata: 3\n\n", 1)
+    cap.feed(b"data: " + b"y" * 600, 2)  # over the bound only once it completes
+    cap.feed(b"y" * 600 + b"\n\ndata: 5\n\n", 3)
+    cap.close(4)
+    assert [e["data"] for e in sink.events] == ["1", "3", "5"]
+    assert [e["seq"] for e in sink.events] == [0, 1, 2]
+    assert cap.notes == [f"an event over 1024 bytes at #{n} not stored" for n in (1, 2)]
+    assert cap.gap_seq == 1
+
+
 def test_a_decompression_bomb_is_decoded_only_to_the_bound() -> None:
     co = zlib.compressobj(9, zlib.DEFLATED, 31)
     head = co.compress(b"data: 1\n\n") + co.flush(zlib.Z_SYNC_FLUSH)
