@@ -224,14 +224,20 @@ class Store:
 
     # -- redaction -------------------------------------------------------------
 
-    def redactor(self, headers: Iterable[str] = (), fields: Iterable[str] = ()) -> Redactor:
+    def redactor(
+        self, headers: Iterable[str] = (), fields: Iterable[str] = (), *, keep: bool = True
+    ) -> Redactor:
         """The store's redactor: its key lives in the store, so masks are stable per store.
 
         Fields redacted by any recording into this store stay redacted for every later user
-        of it (replay must mask incoming requests the same way to match them).
+        of it (replay must mask incoming requests the same way to match them); ``keep=False``
+        leaves that to the caller (an import adds them only once it has committed).
         """
         key = self.get_or_create_setting("redaction_key", lambda: secrets.token_hex(32))
-        merged = self.add_redact_fields(fields)
+        if keep:
+            merged = self.add_redact_fields(fields)
+        else:
+            merged = sorted(set(self.redact_fields()) | {f.strip() for f in fields})
         return Redactor(bytes.fromhex(key), headers=headers, fields=merged)
 
     def redact_fields(self) -> list[str]:

@@ -36,6 +36,7 @@ DEFAULT_QUERY_PARAMS = frozenset({"key", "api_key", "api-key", "apikey", "access
 
 _AUTH_SCHEME = re.compile(r"^(Bearer|Basic|Token|Digest)\s+", re.IGNORECASE)
 _MASK = re.compile(r"<redacted:[0-9a-f]{12}>")
+_QUOTED_MASK = re.compile(rb'"<redacted:[0-9a-f]{12}>"')
 KEY_FREE_MASK = "<redacted>"
 log = logging.getLogger("ssetape.redactor")
 _WHOLE_LOGGED: set[str] = set()
@@ -92,13 +93,14 @@ class Redactor:
         return f"<redacted:{digest}>"
 
     def header_value(self, name: str, value: str) -> str:
-        if name.lower() not in self.headers or _MASK.fullmatch(value):
+        if name.lower() not in self.headers:
             return value
+        # Keep the scheme: "Bearer" vs "Basic" is useful and not secret.
         scheme = _AUTH_SCHEME.match(value)
-        if scheme:
-            # Keep the scheme: "Bearer" vs "Basic" is useful and not secret.
-            return scheme.group(0) + self.mask(value[scheme.end() :])
-        return self.mask(value)
+        kept = scheme.group(0) if scheme else ""
+        secret = value[len(kept) :]
+        # A mask stays as it is (a cassette or store redacted already), never masked again.
+        return value if _MASK.fullmatch(secret) else kept + self.mask(secret)
 
     def headers_list(self, pairs: Iterable[tuple[str, str]]) -> list[list[str]]:
         return [[name, self.header_value(name, value)] for name, value in pairs]
@@ -107,10 +109,11 @@ class Redactor:
         if not query:
             return query
         pairs = parse_qsl(query, keep_blank_values=True)
-        if not any(k.lower() in self.query_params for k, _ in pairs):
-            return query
+        secret = [k.lower() in self.query_params and not _MASK.fullmatch(v) for k, v in pairs]
+        if not any(secret):
+            return query  # the exact recorded string
         return urlencode(
-            [(k, self.mask(v) if k.lower() in self.query_params else v) for k, v in pairs]
+            [(k, self.mask(v) if s else v) for (k, v), s in zip(pairs, secret, strict=True)]
         )
 
     def body(self, content: bytes | None, encoding: str = "") -> bytes | None:
@@ -124,7 +127,8 @@ class Redactor:
             spans = [
                 (start, end)
                 for path, start, end in member_spans(content)
-                if path[-1] in self._names or path in self._paths
+                if (path[-1] in self._names or path in self._paths)
+                and not _QUOTED_MASK.fullmatch(content, start, end)
             ]
         except NotJson as e:
             return self._whole(content, f"it is not JSON ({e})")

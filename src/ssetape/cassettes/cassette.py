@@ -8,13 +8,20 @@ exports a store's exchanges into it, written 0600 and replaced atomically.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.cassettes.codec import CassetteError
 from ssetape.cassettes.format import MAX_BYTES, MAX_LINE_BYTES, ImportReport, read_records
-from ssetape.cassettes.store_io import Narrow, Progress, insert_exchange, write_cassette
+from ssetape.cassettes.store_io import (
+    Narrow,
+    Progress,
+    insert_exchange,
+    redacted,
+    write_cassette,
+)
 from ssetape.files import private_file
 from ssetape.storage.store import Store
 
@@ -89,21 +96,27 @@ class Cassette:
         """Add the cassette's exchanges to ``store`` in one transaction (all or nothing).
 
         Exchanges whose uid the store already has are skipped, so importing twice is
-        harmless. The cassette's redacted fields join the store's, so later recordings and
-        replays mask the same fields.
+        harmless. What goes in is redacted as the store redacts what it records (its key, its
+        fields and the cassette's), so no secret the cassette carries reaches the store; the
+        cassette's redacted fields join the store's, so later recordings and replays mask the
+        same fields.
         """
         report = ImportReport()
         size = self._size()
         pending: tuple[int, dict[str, Any]] | None = None
         rows: dict[str, list[dict[str, Any]]] = {"event": [], "chunk": []}
+        records = self.records(report)
+        first = next(records, None)  # the header is read: its redacted fields are known
+        # Outside the transaction (SQLite has one writer); the fields are kept on success only.
+        redactor = store.redactor((), report.redact_fields, keep=False)
         with store.engine.begin() as conn:
-            for number, kind, values in self.records(report):
+            for number, kind, values in chain([first] if first else [], records):
                 if kind != "exchange":
                     rows[kind].append(values)
                     continue
                 if pending is not None:
                     insert_exchange(conn, report, *pending, rows)
-                pending, rows = (number, values), {"event": [], "chunk": []}
+                pending, rows = (number, redacted(values, redactor)), {"event": [], "chunk": []}
                 if progress is not None:
                     progress(min(self._read, size), size)
             if pending is not None:

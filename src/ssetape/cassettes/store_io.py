@@ -6,23 +6,29 @@ Exports read the store in batches and write lines with the codecs; imports inser
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Callable
 from typing import IO, Any
-from urllib.parse import parse_qsl, urlencode
 
 from sqlalchemy import Connection, Select, Table, insert, select
 
 from ssetape.cassettes.codec import TABLES, CassetteCodec
 from ssetape.cassettes.format import ImportReport, header_line
-from ssetape.redactor import DEFAULT_QUERY_PARAMS, Redactor
+from ssetape.matching import canonical_request, fingerprint
+from ssetape.redactor import Redactor
 from ssetape.storage.store import Store
 
-__all__ = ["Narrow", "Progress", "insert_exchange", "scrubber", "select_ids", "write_cassette"]
+__all__ = [
+    "Narrow",
+    "Progress",
+    "insert_exchange",
+    "redacted",
+    "scrubber",
+    "select_ids",
+    "write_cassette",
+]
 
 _EXCHANGES, _EVENTS, _CHUNKS = TABLES["exchange"], TABLES["event"], TABLES["chunk"]
-_MASKED = re.compile(r"<redacted:[0-9a-f]{12}>")
 _BATCH = 200
 
 Progress = Callable[[int, int], None]  # (done, total)
@@ -35,37 +41,41 @@ def scrubber(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
     (the recorder already did this; a store filled by other means may not have)."""
     key = store.setting("redaction_key")
     redactor = Redactor(bytes.fromhex(key) if key else secrets.token_bytes(32))
+    return lambda row: redacted(row, redactor)
 
-    def headers(pairs: Any) -> Any:
-        if not isinstance(pairs, list):
-            return pairs
-        return [
-            [k, v if _MASKED.search(v) else redactor.header_value(k, v)]
-            if isinstance(p, list) and len(p) == 2 and isinstance(k := p[0], str)
-            and isinstance(v := p[1], str) else p
-            for p in pairs
-        ]  # fmt: skip
 
-    def query(q: Any) -> Any:
-        if not isinstance(q, str) or not q:
-            return q
-        pairs = parse_qsl(q, keep_blank_values=True)
-        if all(k.lower() not in DEFAULT_QUERY_PARAMS or _MASKED.fullmatch(v) for k, v in pairs):
-            return q  # already clean: keep the exact recorded string
-        return urlencode(
-            [(k, v if _MASKED.fullmatch(v) else redactor.mask(v))
-             if k.lower() in DEFAULT_QUERY_PARAMS else (k, v) for k, v in pairs]
-        )  # fmt: skip
+def redacted(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """``row`` (an exchange's columns) with what ``redactor`` masks masked, as the recorder
+    would have stored it; masks already there stay as they are. A masked request gets the
+    fingerprint a replay of it computes, or it would never match."""
+    for name in ("request_headers", "response_headers"):
+        if _pairs(row.get(name)):
+            row[name] = redactor.headers_list(row[name])
+    query, body = row.get("query"), row.get("request_body")
+    if isinstance(query, str):
+        row["query"] = redactor.query(query)
+    if isinstance(body, bytes):
+        encoding = next(
+            (v for k, v in row.get("request_headers") or () if k.lower() == "content-encoding"),
+            "",
+        )
+        row["request_body"] = redactor.body(body, encoding)
+    if (row.get("query"), row.get("request_body")) != (query, body) and _request_known(row):
+        canon = canonical_request(
+            row["method"], row["host"], row["path"], row.get("query") or "", row["request_body"]
+        )
+        row["fingerprint"] = fingerprint(canon)
+    return row
 
-    def scrub(row: dict[str, Any]) -> dict[str, Any]:
-        for name in ("request_headers", "response_headers"):
-            if name in row:
-                row[name] = headers(row[name])
-        if "query" in row:
-            row["query"] = query(row["query"])
-        return row
 
-    return scrub
+def _pairs(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in value
+    )
+
+
+def _request_known(row: dict[str, Any]) -> bool:
+    return all(isinstance(row.get(k), str) for k in ("method", "host", "path"))
 
 
 def insert_exchange(
