@@ -59,3 +59,22 @@ def store_redactor(store: Store, headers: Sequence[str], fields: Sequence[str]) 
     """The store's redactor (see Store.redactor), the field option checked first."""
     check_paths("ssetape_redact_field", fields)
     return store.redactor(headers, fields)
+
+
+def seconds(option: str, value: str, low: float = 0.1, high: float = 3600) -> float:
+    """``value`` (a string option) as seconds within [low, high], or a one-line OptionsError."""
+    try:
+        n = float(value)
+    except ValueError:
+        n = float("nan")
+    if not low <= n <= high:
+        raise exceptions.OptionsError(
+            f"{option}: {value!r} is not a number of seconds between {low:g} and {high:g}"
+        )
+    return n
+
+
+def at_least(option: str, value: int, least: int) -> int:
+    if value < least:
+        raise exceptions.OptionsError(f"{option}: {value} is below the least allowed, {least}")
+    return value

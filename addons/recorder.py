@@ -17,10 +17,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import ctx, http
 from mitmproxy.addonmanager import Loader
 
-from ssetape.addons.options import add_store_options, default_db, open_store, store_redactor
+from ssetape.addons.guard import ConnectionGuard
+from ssetape.addons.options import (
+    add_store_options,
+    at_least,
+    default_db,
+    open_store,
+    seconds,
+    store_redactor,
+)
 from ssetape.matching import canonical_request, fingerprint, placeholder
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.link import RecordLink
@@ -57,24 +65,6 @@ def end_state(msg: str, has_response: bool) -> str:
     if msg in CLIENT_GONE or msg.endswith("(CANCEL)"):
         return ExchangeState.ABORTED
     return ExchangeState.TRUNCATED if has_response else ExchangeState.FAILED
-
-
-def store_timeout(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0.1 <= seconds <= 3600:
-        raise exceptions.OptionsError(
-            f"ssetape_store_timeout: {value!r} is not a number of seconds between 0.1 and 3600"
-        )
-    return seconds
-
-
-def at_least(name: str, value: int, least: int) -> int:
-    if value < least:
-        raise exceptions.OptionsError(f"{name}: {value} is below the least allowed, {least}")
-    return value
 
 
 def _n(count: int, word: str) -> str:
@@ -140,7 +130,7 @@ class Recorder:
     def configure(self, updated: set[str]) -> None:
         if not ctx.options.ssetape_record:
             return
-        deadline = store_timeout(ctx.options.ssetape_store_timeout)
+        deadline = seconds("ssetape_store_timeout", ctx.options.ssetape_store_timeout)
         max_pending = at_least("ssetape_max_pending", ctx.options.ssetape_max_pending, 1)
         # Read by each stream as it begins: a change applies to the streams after it.
         at_least("ssetape_max_event", ctx.options.ssetape_max_event, 1024)
@@ -365,4 +355,4 @@ class Recorder:
         return ", ".join(parts), bool(bad) or not final.saved
 
 
-addons = [Recorder()]
+addons = [ConnectionGuard(), Recorder()]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from mitmproxy import ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 
+from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.options import (
     add_store_options,
     check_paths,
@@ -245,4 +246,4 @@ class Replayer:
             log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
 
 
-addons = [Replayer(), Recorder()]
+addons = [ConnectionGuard(), Replayer(), Recorder()]

@@ -7,6 +7,7 @@ import datetime
 import ipaddress
 import os
 import re
+import resource
 import signal
 import ssl
 import subprocess
@@ -57,8 +58,19 @@ class Proc:
 
 
 def start_ssetape(
-    args: list[str], *, db: str, env: dict[str, str] | None = None, timeout: float = 30
+    args: list[str],
+    *,
+    db: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 30,
+    fds: int | None = None,
 ) -> Proc:
+    """``ssetape <args>`` until it listens; ``fds``: its descriptor limit (soft and hard)."""
+
+    def limit() -> None:
+        if fds is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (fds, fds))
+
     # From an empty folder, as a user would: nothing may depend on ./ssetape.db.
     proc = subprocess.Popen(
         [SSETAPE, *args],
@@ -66,6 +78,7 @@ def start_ssetape(
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
         cwd=Path(db).parent,
+        preexec_fn=limit if fds is not None else None,
     )
     assert proc.stdout is not None
     output: list[bytes] = []

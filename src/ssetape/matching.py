@@ -85,6 +85,31 @@ def fingerprint(canonical: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def leaves(canonical: Any) -> frozenset[tuple[str, Any]]:
+    """Every scalar of a canonical request with its path. Two requests share the leaves they
+    agree on, so the size of the symmetric difference is a distance that set operations
+    compute at C speed (what :func:`differences` tells field by field, at Python speed)."""
+    out: set[tuple[str, Any]] = set()
+    stack: list[tuple[str, Any]] = [("", canonical)]
+    while stack:  # not recursive: a body may nest as deep as the JSON parser allows
+        path, value = stack.pop()
+        if isinstance(value, dict) and value:
+            stack += ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+        elif isinstance(value, list) and value:
+            stack += ((f"{path}[{i}]", v) for i, v in enumerate(value))
+        else:
+            out.add((path, _hashable(value)))
+    return frozenset(out)
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:  # an empty dict or list, a tuple holding one
+        return repr(value)
+    return value
+
+
 def differences(recorded: Any, requested: Any, path: str = "", limit: int = 8) -> list[Difference]:
     """Where two canonical requests differ, as field paths (``body.messages[0].content``)."""
     out: list[Difference] = []

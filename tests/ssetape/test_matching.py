@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from ssetape.matching import canonical_request, fingerprint
+import orjson
+
+from ssetape.matching import canonical_request, fingerprint, leaves
 
 
 def fp(body: bytes, query: str = "", **kw: object) -> str:
@@ -38,3 +40,16 @@ def test_ignored_fields_and_host_matching() -> None:
 
 def test_non_json_bodies_compare_as_bytes() -> None:
     assert fp(b"plain text") == fp(b"plain text") != fp(b"plain  text")
+
+
+def test_leaves_share_what_two_requests_agree_on() -> None:
+    a = canonical_request("POST", "h", "/p", "", b'{"m": "x", "messages": [{"c": "hi"}], "e": {}}')
+    b = canonical_request("POST", "h", "/p", "", b'{"m": "x", "messages": [{"c": "ho"}], "e": []}')
+    assert leaves(a) ^ leaves(b) == {
+        ("body.messages[0].c", "hi"), ("body.messages[0].c", "ho"),
+        ("body.e", "{}"), ("body.e", "[]"),
+    }  # fmt: skip
+    deep = orjson.dumps({"a": []})
+    for _ in range(800):  # not recursive: no stack to run out of
+        deep = b'{"a": %s}' % deep
+    assert len(leaves(canonical_request("POST", "h", "/p", "", deep))) == 5

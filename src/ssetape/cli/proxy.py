@@ -12,6 +12,7 @@ import certifi
 import click
 from mitmproxy.certs import CertStore
 
+from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.recorder import Recorder
 from ssetape.addons.replayer import Replayer
 from ssetape.cli.options import DEFAULT_CONFDIR, proxy_options, shown, validate_mode
@@ -76,11 +77,13 @@ def run_proxy(
 def record(**common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
     recorder = Recorder()
-    # A reverse proxy that dials its upstream when the client connects drops the client
-    # without a word when the upstream is down; dialled per request, the client gets a 502
-    # naming it and the exchange is recorded as failed with the cause.
-    lazy = {"connection_strategy": "lazy"} if common["mode"].startswith("reverse:") else {}
-    run_proxy([recorder], what="record", extra=lazy, **common)
+    # The upstream is dialled once a request head is complete, not when a client connects:
+    # a reverse proxy that dials at once drops the client without a word when the upstream
+    # is down (dialled per request, the client gets a 502 naming it and the exchange is
+    # recorded as failed with the cause), and a client that never sends a head would hold
+    # two descriptors instead of one.
+    lazy = {"connection_strategy": "lazy"}
+    run_proxy([ConnectionGuard(), recorder], what="record", extra=lazy, **common)
     # A warning (something lost) was already logged; the clean count is for the user too.
     if recorder.exit_line and not recorder.exit_warned:
         click.echo(recorder.exit_line)
@@ -138,7 +141,7 @@ def replay(
         )  # fmt: skip
         return
     run_proxy(
-        [Replayer(), Recorder()],
+        [ConnectionGuard(), Replayer(), Recorder()],
         what="replay",
         extra={
             "ssetape_speed": repr(speed),

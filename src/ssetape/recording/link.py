@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import select
-import subprocess
-import sys
-import threading
 import time
-from typing import IO, Any
+from typing import Any
 
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
+from ssetape.recording.child import PIPE_SIZE, Child
 from ssetape.recording.protocol import (
     BEGIN,
     CHUNK,
@@ -38,15 +35,12 @@ from ssetape.recording.protocol import (
     STREAM,
     UPDATE,
     BeginMsg,
-    Counts,
     FinalCounts,
     FinishMsg,
     Message,
-    Report,
     StreamMsg,
     UpdateMsg,
     WorkerConfig,
-    decode_report,
     encode_frame,
 )
 from ssetape.recording.retired import Casualty, Retired
@@ -59,68 +53,9 @@ log = logging.getLogger("ssetape.recorder")
 # commits each batch at once, so the store still lags the traffic by under 100 ms.
 FLUSH_DELAY = 0.05
 FLUSH_BYTES = 256 * 1024
-PIPE_SIZE = 1 << 20
 MAX_BUFFER = 64 << 20  # bytes of chunks waiting for the pipe, at most
 _RESTART_FIRST, _RESTART_MAX = 1.0, 60.0
 EXIT_GRACE = 20.0
-
-
-class _Child:
-    """One recording process and the thread that reads its reports."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ssetape.recording.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin = self.proc.stdin
-        self.fd = self.stdin.fileno()
-        os.set_blocking(self.fd, False)
-        with contextlib.suppress(OSError, AttributeError):  # Linux only; the default works
-            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-        self.started = time.monotonic()
-        self.open: set[str] = set()  # exchanges it has begun and not finished
-        # Exchanges whose finish it was sent but has not yet reported committed: if it dies
-        # now, they are lost too (their end never reached the store).
-        self.finishing: set[str] = set()
-        self.final: FinalCounts | None = None
-        self.counts = Counts()  # its latest report of what it stored
-        self.recorder_id: str | None = None  # from its ready report
-        self.handed = 0  # events in the chunks handed to it
-        self.told = 0  # events the proxy lost and told it of
-        self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
-        self.ready = threading.Event()  # it has opened the store
-        self.reader = threading.Thread(
-            target=self._read, args=(self.proc.stdout,), name="ssetape-link", daemon=True
-        )
-        self.reader.start()
-
-    def _read(self, out: IO[bytes]) -> None:
-        try:
-            for line in out:
-                try:
-                    kind, value = decode_report(line)
-                except ValueError as e:
-                    # Its stray prints go to stderr: this is a bug or a version mismatch.
-                    log.error("ssetape: the recording process sent %s", e)
-                    continue
-                if kind is Report.LOG:
-                    name, level, text = value
-                    logging.getLogger(name).log(level, text)
-                elif kind is Report.COUNTS:
-                    self.counts = value
-                elif kind is Report.DONE:
-                    self.finishing.difference_update(value)
-                elif kind is Report.FINAL:
-                    self.final = value
-                elif kind is Report.READY:
-                    self.recorder_id = value if isinstance(value, str) else None
-                    self.ready.set()
-        finally:
-            self.proc.wait()  # reaped here, off the event loop
-            self.ended.set()
 
 
 def events_in(data: bytes | bytearray) -> int:
@@ -143,7 +78,7 @@ class RecordLink:
         # Only for bursts the recording process cannot parse at once: a store that is slow
         # or down is what its writer's queue (``max_pending`` rows) is for.
         self._max_buffer = max_buffer or max(PIPE_SIZE, min(max_pending * 1024, MAX_BUFFER))
-        self._child: _Child | None = None
+        self._child: Child | None = None
         self._batch: list[Message] = []
         self._batch_bytes = 0
         self._out = bytearray()  # framed batches the pipe has not taken yet
@@ -337,7 +272,7 @@ class RecordLink:
     def _spawn(self) -> None:
         self._spawned = True
         try:
-            self._child = _Child()
+            self._child = Child()
         except OSError as e:
             log.error("ssetape: cannot start the recording process: %s", e)
             self._restart_at = time.monotonic() + self._backoff
@@ -347,7 +282,7 @@ class RecordLink:
         self._out[:0] = encode_frame([(CONFIG, self._cfg)])  # always its first frame
         self._write()  # it opens the store while the proxy starts
 
-    def _ready_child(self) -> _Child | None:
+    def _ready_child(self) -> Child | None:
         child = self._child
         if child is not None and not child.ended.is_set():
             return child
@@ -364,7 +299,7 @@ class RecordLink:
             log.warning("ssetape: recording process started again (%d restarts)", self.restarts)
         return self._child
 
-    def _bury(self, child: _Child) -> None:
+    def _bury(self, child: Child) -> None:
         """The recording process died: what it had in flight is lost, traffic goes on."""
         self._watch(False)
         self._child = None
@@ -440,7 +375,7 @@ class RecordLink:
         self.retired.settle(self._cfg.db, deadline=self._cfg.deadline)
         return final
 
-    def _retire(self, child: _Child) -> None:
+    def _retire(self, child: Child) -> None:
         self.retired.add(
             Casualty(child.recorder_id, child.counts, handed=child.handed, told=child.told)
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,21 @@ from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
 log = logging.getLogger("ssetape.proxy")
+
+
+def raise_fd_limit(cap: int = 1 << 16) -> int:
+    """Raise this process's soft descriptor limit to its hard one (at most ``cap``), as Go
+    programs do at start: the soft default (1,024) is far below what a busy proxy needs.
+    Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (OSError, ValueError):
+            pass  # a container may forbid it: the cap below follows the limit in force
+    return soft
 
 
 class ProxyStartError(RuntimeError):
@@ -67,6 +83,7 @@ class ProxyRunner:
         }
         if self.confdir:
             base["confdir"] = self.confdir
+        raise_fd_limit()  # before the guard sizes its connection cap from it
         opts = Options()
         try:
             # Deferred: addon options do not exist yet; each addon sees the real value on its

@@ -8,7 +8,9 @@ compare key-free: see ``redactor.unmask``). A request with no recording gets a
 
 from __future__ import annotations
 
+import heapq
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import orjson
 from sqlalchemy import select
 
-from ssetape.matching import canonical_request, differences, fingerprint
+from ssetape.matching import canonical_request, differences, fingerprint, leaves
 from ssetape.redactor import Redactor, unmask
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
@@ -92,6 +94,12 @@ class RequestIndex:
         self._by_endpoint: dict[tuple[str, str], list[_Entry]] = {}
         self._lock = threading.Lock()  # never held while the store is read
         self._refreshing = threading.Lock()  # one refresh at a time
+        self._refresh_began = -float("inf")  # monotonic time the last refresh began
+        # One nearest-recording search at a time: under a storm of misses, the threads that
+        # answer them wait here instead of all taking the interpreter lock from the event
+        # loop that times the streams being replayed.
+        self._searching = threading.Lock()
+        self._leaves: dict[int, frozenset[tuple[str, Any]]] = {}  # of recent candidates
         self.hint = hint
         self.keep_misses = keep_misses
         self.misses: list[Miss] = []
@@ -104,10 +112,20 @@ class RequestIndex:
         )
         return unmask(canon)  # type: ignore[no-any-return]
 
-    def refresh(self) -> None:
+    def refresh(self, *, after: float | None = None) -> None:
         """Add recordings made since the last refresh (new_episodes, other recorders). The
-        store is read without the lock: lookups on the event loop never wait for it."""
-        with self._refreshing, self.store.Session() as s:
+        store is read without the lock: lookups on the event loop never wait for it.
+
+        ``after`` (a ``time.monotonic()``): nothing to do if a refresh began since then,
+        as it saw every recording committed before; concurrent misses share one."""
+        with self._refreshing:
+            if after is not None and self._refresh_began >= after:
+                return
+            self._refresh_began = time.monotonic()
+            self._read_new()
+
+    def _read_new(self) -> None:  # with self._refreshing held
+        with self.store.Session() as s:
             rows = s.execute(
                 select(
                     Exchange.id,
@@ -173,6 +191,7 @@ class RequestIndex:
         With ``may_query`` off it never touches the database (safe on an event loop) and
         answers None where it would have to look for new recordings.
         """
+        arrived = time.monotonic()
         path, _, raw_query = full_path.partition("?")
         query = self.redactor.query(raw_query)
         # A body over MAX_BODY was never stored nor redacted: its stand-in is compared.
@@ -192,13 +211,14 @@ class RequestIndex:
         with self._lock:
             known = fp in self._by_fp
         if not known:
-            self.refresh()
+            self.refresh(after=arrived)
         with self._lock:
             found = self._take(fp, method, host, path) if fp in self._by_fp else None
             candidates = self._candidates(method, path) if found is None else []
         if found is None:
             # Out of the lock: the nearest search compares with many recordings.
-            found = self._miss(method, host, path, canon, candidates)
+            with self._searching:
+                found = self._miss(method, host, path, canon, candidates)
         if isinstance(found, Miss) and self.keep_misses:
             self.misses.append(found)
         return found
@@ -226,9 +246,23 @@ class RequestIndex:
 
     def _miss(
         self, method: str, host: str, path: str, canon: dict[str, Any], candidates: list[_Entry]
-    ) -> Miss:
+    ) -> Miss:  # with self._searching held
+        # A rough distance first (set operations), then field-by-field differences for the
+        # few it ranks best: a miss on a big tape costs a fraction of a millisecond.
+        mine, endpoint = leaves(canon), (canon["method"], canon["host"], canon["path"])
+        if len(self._leaves) > 4 * NEAREST_SCAN:
+            self._leaves.clear()  # bounded: the candidates are mostly the same few hundred
+
+        def rough(e: _Entry) -> tuple[int, int]:
+            theirs = self._leaves.get(e.id)
+            if theirs is None:
+                theirs = self._leaves[e.id] = leaves(e.canonical)
+            c = e.canonical
+            moved = (c["method"], c["host"], c["path"]) != endpoint
+            return len(theirs ^ mine) + (20 if moved else 0), -e.id
+
         scored = []
-        for e in candidates:
+        for e in heapq.nsmallest(NEAREST * 3, candidates, key=rough):
             diffs = differences(e.canonical, canon)
             # A different endpoint is a worse neighbour than a different body field.
             weight = sum(10 if d.field in ("method", "host", "path") else 1 for d in diffs)

@@ -1,0 +1,83 @@
+"""One recording process, seen from the proxy: its pipe, its reports, and what it holds.
+
+:class:`~ssetape.recording.link.RecordLink` starts one, writes to its stdin and, when it
+dies, counts what it held; the reports come in on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+from ssetape.recording.protocol import Counts, FinalCounts, Report, decode_report
+
+__all__ = ["PIPE_SIZE", "Child"]
+
+log = logging.getLogger("ssetape.recorder")
+
+PIPE_SIZE = 1 << 20
+
+
+class Child:
+    """One recording process and the thread that reads its reports."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ssetape.recording.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin = self.proc.stdin
+        self.fd = self.stdin.fileno()
+        os.set_blocking(self.fd, False)
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; the default works
+            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        self.started = time.monotonic()
+        self.open: set[str] = set()  # exchanges it has begun and not finished
+        # Exchanges whose finish it was sent but has not yet reported committed: if it dies
+        # now, they are lost too (their end never reached the store).
+        self.finishing: set[str] = set()
+        self.final: FinalCounts | None = None
+        self.counts = Counts()  # its latest report of what it stored
+        self.recorder_id: str | None = None  # from its ready report
+        self.handed = 0  # events in the chunks handed to it
+        self.told = 0  # events the proxy lost and told it of
+        self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
+        self.ready = threading.Event()  # it has opened the store
+        self.reader = threading.Thread(
+            target=self._read, args=(self.proc.stdout,), name="ssetape-link", daemon=True
+        )
+        self.reader.start()
+
+    def _read(self, out: IO[bytes]) -> None:
+        try:
+            for line in out:
+                try:
+                    kind, value = decode_report(line)
+                except ValueError as e:
+                    # Its stray prints go to stderr: this is a bug or a version mismatch.
+                    log.error("ssetape: the recording process sent %s", e)
+                    continue
+                if kind is Report.LOG:
+                    name, level, text = value
+                    logging.getLogger(name).log(level, text)
+                elif kind is Report.COUNTS:
+                    self.counts = value
+                elif kind is Report.DONE:
+                    self.finishing.difference_update(value)
+                elif kind is Report.FINAL:
+                    self.final = value
+                elif kind is Report.READY:
+                    self.recorder_id = value if isinstance(value, str) else None
+                    self.ready.set()
+        finally:
+            self.proc.wait()  # reaped here, off the event loop
+            self.ended.set()
