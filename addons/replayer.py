@@ -193,11 +193,11 @@ class Replayer:
             found = None
             if len(req.raw_content or b"") <= INLINE_BODY:
                 found = index.lookup(
-                    req.method, req.host, req.path, req.raw_content, may_query=False
+                    req.method, req.host, req.path, req.raw_content, may_query=False, port=req.port
                 )
             if found is None:
                 found = await asyncio.to_thread(
-                    index.lookup, req.method, req.host, req.path, req.raw_content
+                    index.lookup, req.method, req.host, req.path, req.raw_content, port=req.port
                 )
         except Exception as e:  # never forward what should have been replayed
             log.exception("ssetape: replay lookup failed")
@@ -242,7 +242,7 @@ class Replayer:
         if self.store is not None:
             self.store.close()
             self.store = None
-        if self.hits or self.misses:
+        if self.hits or self.misses:  # `ssetape replay` prints it; mitmdump -s logs it
             log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
 
 

@@ -58,8 +58,9 @@ def main() -> None:
             up = f"http://{host}:{sim}"
             for name, proxy in targets.items():
                 plain = stack.enter_context(httpx.Client(proxy=proxy, timeout=60))
+                http = openai.DefaultHttpxClient(proxy=proxy, timeout=60)
                 sdk = openai.OpenAI(base_url=up + "/v1", api_key="sk-bench", max_retries=0,
-                                    http_client=httpx.Client(proxy=proxy, timeout=60))  # fmt: skip
+                                    http_client=http)  # fmt: skip
                 h = lateness(lambda b, c=plain, u=up: run_httpx(c, u, b), args.rounds)
                 s = lateness(lambda b, c=sdk: run_sdk(c, b), args.rounds)
                 print(f"| {host} | {name} | {h[0]:.2f} | {h[1]:.2f} | {s[0]:.2f} | {s[1]:.2f} |")

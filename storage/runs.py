@@ -121,7 +121,8 @@ class Runs:
             "started_at": started_at,
             "updated_at": now or dt.datetime.now(dt.UTC),
             "stopped_at": stopped_at,
-            **dataclasses.asdict(counts),
+            # Its own fields only: a recording process's counts (a subclass) say more.
+            **{f.name: getattr(counts, f.name) for f in dataclasses.fields(RunCounts)},
         }
         changed = {k: v for k, v in values.items() if k not in ("recorder", "started_at")}
         if self.store.path is not None:

@@ -13,6 +13,7 @@ import openai
 import orjson
 import pytest
 
+from ssetape.decoders import decode
 from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
@@ -149,7 +150,7 @@ def test_openai_sdk_chat_and_responses_forward_mode(
 
     direct = run(openai.OpenAI(base_url=sim.url + "/v1", api_key="sk-x", max_retries=0))
     proc = ssetape_proc("record")
-    with httpx.Client(proxy=proc.url) as http:
+    with openai.DefaultHttpxClient(proxy=proc.url) as http:
         proxied = run(
             openai.OpenAI(base_url=sim.url + "/v1", api_key="sk-x", max_retries=0, http_client=http)
         )
@@ -280,17 +281,22 @@ def test_twenty_concurrent_streams_are_all_recorded(
     store.close()
 
 
-def test_gzip_stream_passes_compressed_and_is_parsed(
-    sim: Simulator, ssetape_proc: Callable[..., Proc]
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_a_compressed_stream_passes_as_sent_and_is_stored_event_by_event(
+    sim: Simulator, ssetape_proc: Callable[..., Proc], encoding: str
 ) -> None:
-    body = {**CHAT, "model": "sim-gzip"}
-    headers = {"accept-encoding": "gzip"}
+    """What the SDKs ask for (``Accept-Encoding: gzip, deflate, br, zstd``), on every Python."""
+    body = {**CHAT, "model": f"sim-{encoding}"}
+    headers = {"accept-encoding": encoding}
     _, direct = raw_stream(sim.url, "/v1/chat/completions", body, headers=headers)
     proc = ssetape_proc("record", "--mode", f"reverse:{sim.url}")
     _, proxied = raw_stream(proc.url, "/v1/chat/completions", body, headers=headers)
-    assert proxied == direct and direct[:2] == b"\x1f\x8b"
+    assert proxied == direct
+    decoded = decode(direct, encoding, 1 << 20)
+    sent = [e.raw for e in SseParser().feed(decoded)]
     store = stop_and_open(proc)
     x, events = only(store)
-    assert b"".join(c.data for c in store.chunks(x.id)) == direct
-    assert events[-1].data == "[DONE]"
+    assert b"".join(c.data for c in store.chunks(x.id)) == direct  # what replay sends
+    assert [e.raw for e in events] == sent and events[-1].data == "[DONE]"
+    assert x.error is None and x.event_count == len(sent) > 3
     store.close()

@@ -27,7 +27,8 @@ def test_https_forward_proxy_with_the_ca(
     proc = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}")
     ca = confdir / "mitmproxy-ca-cert.pem"
     base = sim.url.replace("127.0.0.1", "localhost") + "/v1"
-    with httpx.Client(proxy=proc.url, verify=ssl.create_default_context(cafile=ca)) as http:
+    verify = ssl.create_default_context(cafile=ca)
+    with openai.DefaultHttpxClient(proxy=proc.url, verify=verify) as http:
         client = openai.OpenAI(base_url=base, api_key="sk-x", max_retries=0, http_client=http)
         chunks = list(
             client.chat.completions.create(

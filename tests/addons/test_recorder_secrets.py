@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -81,3 +82,43 @@ def test_no_key_in_db_wal_logs_or_cli_output(
     h2 = dict((k.lower(), v) for k, v in second["request"]["headers"])
     assert h2["authorization"] != headers["authorization"]
     assert httpx.Headers(second["request"]["headers"])["authorization"].startswith("Bearer <red")
+
+
+# Bodies a JSON parser refuses, each with a secret in a field to redact. What JavaScript sends
+# when text is cut inside an emoji, a NaN, a byte-order mark, nesting past any parser's limit,
+# and a compressed request body.
+UNPARSABLE = {
+    "surrogate": b'{"prompt": "cut \\ud83d", "api_key": "sk-LEAK-1"}',
+    "nan": b'{"temperature": NaN, "api_key": "sk-LEAK-2"}',
+    "bom": b'\xef\xbb\xbf{"api_key": "sk-LEAK-3"}',
+    "deep": b'{"api_key": "sk-LEAK-4", "x": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+}
+
+
+def test_bodies_no_parser_reads_still_leave_no_secret(
+    sim: Simulator, ssetape_proc: Callable[..., Proc]
+) -> None:
+    """Redaction fails closed: a body whose fields cannot be found is masked whole (and the
+    log says so once); a body that parses keeps every byte but the mask (a 64-bit-overflowing
+    integer stays as sent)."""
+    proc = ssetape_proc("record", "--mode", f"reverse:{sim.url}", "--redact-field", "api_key")
+    url = proc.url + "/v1/chat/completions"
+    with httpx.Client(timeout=30) as c:
+        for body in UNPARSABLE.values():
+            c.post(url, content=body, headers={"content-type": "application/json"})
+        zipped = gzip.compress(b'{"model": "sim-chat", "api_key": "sk-LEAK-5"}')
+        c.post(url, content=zipped, headers={"content-encoding": "gzip"})
+        exact = b'{"model": "sim-chat", "n": 18446744073709551616, "api_key": "sk-LEAK-6"}'
+        c.post(url, content=exact, headers={"content-type": "application/json"})
+    assert proc.stop() == 0
+    shown = [
+        subprocess.run([SSETAPE, "show", "--db", proc.db, str(i), "--json"], capture_output=True)
+        for i in range(1, 7)
+    ]
+    listing = subprocess.run([SSETAPE, "list", "--db", proc.db, "--json"], capture_output=True)
+    for blob in [Path(proc.db).read_bytes(), proc.log, listing.stdout, *(s.stdout for s in shown)]:
+        assert b"sk-LEAK" not in blob
+    assert proc.log.count(b"masked whole") <= 3  # one line per kind of body, never its text
+    last = orjson.loads(shown[5].stdout)["request"]["body"]
+    kept = '{"model": "sim-chat", "n": 18446744073709551616, "api_key": "<redacted:'
+    assert last.startswith(kept)

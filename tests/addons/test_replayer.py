@@ -264,6 +264,10 @@ def test_https_forward_replay_without_any_upstream(
         r = c.post(base + "/v1/chat/completions", json=CHAT)
     assert r.status_code == 200 and r.content == recorded
     assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+    with httpx.Client(proxy=proc.url, verify=ca, http2=http2) as c:
+        assert c.post(base + "/v1/chat/completions", json={"other": 1}).status_code == 404
+    assert proc.stop() == 0
+    assert b"ssetape: replayed 1, missed 1" in proc.log  # what it did, on exit
 
 
 def test_replay_honours_connection_close(ssetape_proc: Callable[..., Proc], db: str) -> None:

@@ -140,8 +140,9 @@ def replay(
             match_host, repeat, allow_gaps, common["redact_header"], common["redact_field"],
         )  # fmt: skip
         return
+    replayer = Replayer()
     run_proxy(
-        [ConnectionGuard(), Replayer(), Recorder()],
+        [ConnectionGuard(), replayer, Recorder()],
         what="replay",
         extra={
             "ssetape_speed": repr(speed),
@@ -154,6 +155,8 @@ def replay(
         },
         **common,
     )
+    if replayer.hits or replayer.misses:
+        click.echo(f"ssetape: replayed {replayer.hits}, missed {replayer.misses}")
 
 
 def _nothing_to_forward(db: str, record_mode: str) -> bool:

@@ -40,6 +40,8 @@ from typing import IO, Any, Final, Literal
 
 import orjson
 
+from ssetape.storage.runs import RunCounts
+
 __all__ = [
     "BEGIN",
     "CHUNK",
@@ -133,15 +135,9 @@ class Report(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Counts:
-    """What one recording process stored and lost so far."""
+class Counts(RunCounts):
+    """What one recording process stored and lost so far: its run row's counts and more."""
 
-    exchanges_recorded: int = 0
-    events_recorded: int = 0
-    exchanges_lost: int = 0
-    events_lost: int = 0
-    store_errors: int = 0
-    last_error: str | None = None
     capture_failures: int = 0  # streams it could not parse
     exchanges_finished: int = 0  # whose finish is committed
 

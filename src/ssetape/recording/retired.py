@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ssetape.recording.protocol import Counts
 from ssetape.storage.engine import one_line
-from ssetape.storage.runs import RunCounts, Runs
+from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 
 __all__ = ["Casualty", "Retired"]
@@ -73,8 +73,7 @@ class Retired:
                     events_recorded=events,
                     events_lost=c.told + max(0, c.handed - events),
                 )
-                fields = {f.name: getattr(c.exact, f.name) for f in dataclasses.fields(RunCounts)}
-                runs.save(c.recorder_id, now, RunCounts(**fields), stopped_at=now)
+                runs.save(c.recorder_id, now, c.exact, stopped_at=now)
         except Exception as e:
             log.warning(
                 "ssetape: cannot count what the dead recording process stored: %s", one_line(e)

@@ -17,6 +17,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
@@ -48,6 +49,7 @@ class DirectFront:
         self.index = index
         # Recordings made in reverse mode carry the upstream's host, not the Host header.
         self.host = urlsplit(upstream).hostname or ""
+        self.port = urlsplit(upstream).port  # shown in a miss's message
         self.speed = speed
         self.hits = 0
         self.misses = 0
@@ -81,14 +83,15 @@ class DirectFront:
             # Known requests with small bodies are matched right here; anything that needs
             # the database or much hashing goes to a worker thread.
             found = (
-                self.index.lookup(method, host, target, body or None, may_query=False)
+                self.index.lookup(
+                    method, host, target, body or None, may_query=False, port=self.port
+                )
                 if len(body) <= INLINE_BODY
                 else None
             )
             if found is None:
-                found = await loop.run_in_executor(
-                    None, self.index.lookup, method, host, target, body or None
-                )
+                lookup = partial(self.index.lookup, port=self.port)
+                found = await loop.run_in_executor(None, lookup, method, host, target, body or None)
         except Exception as e:
             log.exception("ssetape: replay lookup failed")
             error_response(writer, 500, f"ssetape could not look this request up: {e}")

@@ -185,12 +185,15 @@ class RequestIndex:
         body: bytes | None,
         *,
         may_query: bool = True,
+        port: int | None = None,
     ) -> int | Miss | None:
         """The exchange id to serve, or why there is none.
 
         With ``may_query`` off it never touches the database (safe on an event loop) and
-        answers None where it would have to look for new recordings.
+        answers None where it would have to look for new recordings. ``port``: the one the
+        request went to, for a miss's message (matching compares hosts only).
         """
+        where = host if port in (None, 80, 443) else f"{host}:{port}"
         arrived = time.monotonic()
         path, _, raw_query = full_path.partition("?")
         query = self.redactor.query(raw_query)
@@ -205,7 +208,7 @@ class RequestIndex:
             if not self._lock.acquire(blocking=False):
                 return None
             try:
-                return self._take(fp, method, host, path) if fp in self._by_fp else None
+                return self._take(fp, method, where, path) if fp in self._by_fp else None
             finally:
                 self._lock.release()
         with self._lock:
@@ -213,12 +216,12 @@ class RequestIndex:
         if not known:
             self.refresh(after=arrived)
         with self._lock:
-            found = self._take(fp, method, host, path) if fp in self._by_fp else None
+            found = self._take(fp, method, where, path) if fp in self._by_fp else None
             candidates = self._candidates(method, path) if found is None else []
         if found is None:
             # Out of the lock: the nearest search compares with many recordings.
             with self._searching:
-                found = self._miss(method, host, path, canon, candidates)
+                found = self._miss(method, where, path, canon, candidates)
         if isinstance(found, Miss) and self.keep_misses:
             self.misses.append(found)
         return found

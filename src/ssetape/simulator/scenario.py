@@ -38,7 +38,7 @@ Keywords in the model name after a ``sim`` word choose the scenario; they combin
   silent      with refusal: no explanation (``response.refusal.done`` with "")
   incomplete  the answer stops early, as when it hits the token limit
   reasoning   reasoning first (Responses reasoning_text, Anthropic thinking)
-  gzip        ``content-encoding: gzip`` if accepted, one Z_SYNC_FLUSH per chunk
+  gzip, br, zstd  that ``content-encoding`` if accepted, flushed after every chunk
   plain       one event per chunk: no splits, no shared chunks
   400..599    that HTTP status and an API-shaped JSON error instead of the answer
               (``sim-429`` and ``sim-529`` add ``retry-after``)
@@ -49,7 +49,6 @@ response object on Responses), pause delays the JSON and cut closes mid-body.
 
 from __future__ import annotations
 
-import gzip as gzip_module
 import hashlib
 import random
 import re
@@ -58,6 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 import orjson
+
+from ssetape.simulator.encodings import chosen, encode_whole
 
 Api: TypeAlias = Literal["chat", "responses", "messages", "images"]
 Split: TypeAlias = Literal["line", "utf8"]
@@ -111,7 +112,7 @@ class Scenario:
     model: str
     keywords: frozenset[str]
     stream: bool
-    gzip: bool
+    encoding: str  # content encoding of the answer ("" for none)
     seed: int
     prompt: str  # the last user message
     tokens: tuple[str, ...]  # the answer
@@ -223,7 +224,7 @@ def parse_request(api: Api, headers: Mapping[str, str], body: bytes) -> Scenario
         model=str(model),
         keywords=keywords,
         stream=data.get("stream") is True,
-        gzip="gzip" in keywords and "gzip" in headers.get("accept-encoding", "").lower(),
+        encoding=chosen(keywords, headers.get("accept-encoding", "")),
         seed=int(digest[:12], 16),
         prompt=prompt,
         tokens=tuple(tokens),
@@ -271,8 +272,8 @@ def plan_headers(sc: Scenario | None, content_type: str) -> list[tuple[str, str]
     headers = [("content-type", content_type)]
     if sc is not None:
         headers.append(("request-id" if sc.api == "messages" else "x-request-id", sc.ident("req_")))
-        if sc.gzip:
-            headers.append(("content-encoding", "gzip"))
+        if sc.encoding:
+            headers.append(("content-encoding", sc.encoding))
     return headers
 
 
@@ -286,8 +287,8 @@ def json_plan(
 ) -> Plan:
     """A JSON body in one write, ``after`` seconds (at speed 1) after the request."""
     data = orjson.dumps(obj)
-    if sc is not None and sc.gzip:
-        data = gzip_module.compress(data, mtime=0)
+    if sc is not None and sc.encoding:
+        data = encode_whole(sc.encoding, data)
     headers = [*plan_headers(sc, "application/json"), *extra, ("content-length", str(len(data)))]
     cut = sc is not None and sc.has("cut") and status < 400
     after += PAUSE if sc is not None and sc.has("pause") else 0.0

@@ -8,13 +8,13 @@ same chunk-boundary variety (a split mid-line, one inside a UTF-8 character, eve
 from __future__ import annotations
 
 import random
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from ssetape.simulator.encodings import ENCODERS
 from ssetape.simulator.scenario import (
     KEEPALIVE_EVERY,
     PAUSE,
@@ -133,14 +133,11 @@ class Script:
 
 def stream_plan(sc: Scenario, s: Script, speed: float) -> Plan:
     chunks = s.chunks(speed)
-    if sc.gzip:
-        # One sync flush per write so that every chunk decompresses as soon as it arrives.
-        comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-        chunks = [
-            PlannedChunk(c.at, comp.compress(c.data) + comp.flush(zlib.Z_SYNC_FLUSH))
-            for c in chunks
-        ]
+    if sc.encoding:
+        # One flush per write so that every chunk decodes as soon as it arrives.
+        encoder = ENCODERS[sc.encoding]()
+        chunks = [PlannedChunk(c.at, encoder.chunk(c.data)) for c in chunks]
         if not s.cut and chunks:
-            chunks[-1] = PlannedChunk(chunks[-1].at, chunks[-1].data + comp.flush())
+            chunks[-1] = PlannedChunk(chunks[-1].at, chunks[-1].data + encoder.end())
     headers = [*plan_headers(sc, "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
     return Plan(200, headers, chunks, s.cut, True)

@@ -79,10 +79,11 @@ class Simulator:
             )
 
     async def serve_forever(self) -> None:
-        await self.start()
-        assert self._server is not None
+        await self.start()  # serving from here on
         try:
-            await self._server.serve_forever()
+            # Not Server.serve_forever(): on Python 3.12+ its cancellation waits for every
+            # client connection to close before stop() could close the keep-alive ones.
+            await asyncio.Event().wait()
         finally:
             await self.stop()
 

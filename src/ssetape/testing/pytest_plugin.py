@@ -67,6 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Replay timing: 0 (default) = instant, 1 = as recorded, 2 = twice as fast.",
     )
     group.addoption(
+        "--ssetape-bin",
+        default=os.environ.get("SSETAPE_BIN", ""),
+        help="The ssetape command that records (default: $SSETAPE_BIN, else this environment's). "
+        "Replay needs none.",
+    )
+    group.addoption(
         "--ssetape-confdir",
         default="~/.mitmproxy",
         help="mitmproxy's directory (its CA is what ssetape.ca_file names). Default ~/.mitmproxy.",
@@ -167,6 +173,7 @@ def _session(item: pytest.Item) -> TapeSession:
         redact_fields=tuple(opts.get("redact_fields", ())),
         redact_headers=tuple(opts.get("redact_headers", ())),
         run_id=config.stash[_RUN_ID],
+        ssetape_bin=config.getoption("ssetape_bin"),
     )
     if not session.replaying:
         session.redaction_key = _redaction_key(config)

@@ -65,11 +65,15 @@ class TapeSession:
         redaction_key: str | None = None,
         run_id: str = "",
         lock_dir: Path | None = None,
+        ssetape_bin: str = "",
     ) -> None:
         mode = RecordMode.parse(record_mode, "record_mode")
         if not speed >= 0:
             raise ValueError(f"speed {speed!r}: use 0 (instant), 1 (recorded timing) or more")
         self.cassette = cassette
+        # Recording runs `ssetape` in a process of its own: this installation's, or the one
+        # named (installed apart, e.g. with pipx, where this environment cannot hold mitmproxy).
+        self.command = [ssetape_bin] if ssetape_bin else SSETAPE
         self.record_mode = mode
         self.speed = speed
         self.ignore_fields = tuple(ignore_fields)
@@ -244,7 +248,7 @@ class TapeSession:
         assert self._tmp is not None
         if self.record_mode == RecordMode.NEW_EPISODES:
             args = [
-                *SSETAPE,
+                *self.command,
                 "replay",
                 "--record-mode",
                 RecordMode.NEW_EPISODES.value,
@@ -256,7 +260,7 @@ class TapeSession:
             if not self.match_host:
                 args.append("--no-match-host")
         else:
-            args = [*SSETAPE, "record"]  # no replayer: one process less to start
+            args = [*self.command, "record"]  # no replayer: one process less to start
         args += ["--db", str(self._tmp / "tape.db"), "--port", "0", "--mode", mode,
                  "--confdir", str(self.confdir)]  # fmt: skip
         for field in self.redact_fields:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,8 @@ def test_bad(ssetape):
     pass
 
 def test_missing(ssetape):
-    r = httpx.post(ssetape.base_url("https://api.example.com/v1") + "/chat/completions", json={})
+    r = httpx.post(ssetape.base_url("https://api.example.com:8443/v1") + "/chat/completions",
+                   json={})
     assert r.status_code == 404 and r.headers["x-ssetape-miss"] == "1"
 
 @pytest.mark.ssetape(colour="blue")
@@ -172,7 +174,8 @@ def test_typo(ssetape):
         "test_missing.jsonl (it does not exist: record it with --ssetape-record-mode=once)" in text
     )
     assert (
-        "no recording matches POST api.example.com/v1/chat/completions; the tape is empty" in text
+        "no recording matches POST api.example.com:8443/v1/chat/completions; the tape is empty"
+        in text
     )
     assert "@pytest.mark.ssetape has no option colour" in text
 
@@ -336,3 +339,28 @@ def test_saving_merges_or_replaces_by_mode(tmp_path: Path) -> None:
     assert save("c", "all", "run2") == ["c"]  # a new run re-records
     assert save("d", "new_episodes", "run3") == ["c", "d"]
     assert save("e", "once", "run4") == ["c", "d", "e"]
+
+
+def test_recording_runs_the_ssetape_it_is_pointed_at(
+    pytester: pytest.Pytester, confdir_args: list[str]
+) -> None:
+    """--ssetape-bin (or $SSETAPE_BIN): an ssetape installed apart records; replay, in the
+    test process, needs none."""
+    log = pytester.path / "ran.txt"
+    wrapper = pytester.path / "ssetape-elsewhere"
+    script = f'#!/bin/sh\necho "$@" >> {log}\nexec {sys.executable} -m ssetape.cli "$@"\n'
+    wrapper.write_text(script)
+    wrapper.chmod(0o755)
+    out = pytester.path / "kept.jsonl"
+    with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        pytester.makepyfile(test_llm=TESTS.format(upstream=sim.url, out=str(out), content="hi"))
+        pytester.runpytest(
+            "--ssetape-record-mode=once", f"--ssetape-bin={wrapper}", "-k", "chat", *confdir_args
+        ).assert_outcomes(passed=1)
+    assert log.read_text().startswith("record ")
+    assert (pytester.path / "cassettes" / "test_llm" / "test_chat.jsonl").exists()
+    log.unlink()
+    pytester.runpytest("-k", "chat", f"--ssetape-bin={wrapper}", *confdir_args).assert_outcomes(
+        passed=1
+    )
+    assert not log.exists()  # replaying started no ssetape
