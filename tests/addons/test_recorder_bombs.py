@@ -5,8 +5,7 @@ not decode."""
 
 from __future__ import annotations
 
-import socket
-import threading
+import itertools
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from ssetape.storage.store import Store
 from tests.conftest import start_ssetape
+from tests.upstreams import fixed_upstream
 
 INFLATED = 2 << 30  # what the body decodes to
 BLOCK = 16 << 20
@@ -34,50 +34,12 @@ def gzip_bomb() -> tuple[bytes, bytes]:
 
 @pytest.fixture
 def bomb_upstream() -> Iterator[tuple[str, int]]:
-    """An HTTP/1.1 server that answers every request with the bomb, chunked. Yields its URL
-    and the number of body bytes it sends."""
+    """Every request gets the bomb. Yields the URL and the number of body bytes sent."""
     head, block = gzip_bomb()
     repeats = INFLATED // BLOCK
-    body_size = len(head) + repeats * len(block)
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-
-    def chunk(data: bytes) -> bytes:
-        return b"%x\r\n%s\r\n" % (len(data), data)
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                got = conn.recv(65536)
-                if not got:
-                    return
-                request += got
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"content-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
-            )
-            try:
-                conn.sendall(chunk(head))
-                for _ in range(repeats):
-                    conn.sendall(chunk(block))
-                conn.sendall(b"0\r\n\r\n")
-            except OSError:
-                return
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{port}", body_size
-    finally:
-        server.close()
+    status = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+    with fixed_upstream(status, itertools.chain([head], itertools.repeat(block, repeats))) as url:
+        yield url, len(head) + repeats * len(block)
 
 
 def peak_rss(pid: int) -> int:

@@ -15,6 +15,7 @@ from ssetape.simulator.simulator import Simulator
 from tests.addons.stores import Recorders, pg_schema
 from tests.addons.test_recorder import CHAT, raw_stream
 from tests.conftest import SSETAPE, start_ssetape
+from tests.upstreams import fixed_upstream
 
 
 def test_record_list_show_replay_on_postgresql(
@@ -74,3 +75,36 @@ def test_record_list_show_replay_on_postgresql(
             assert {k: copy[k] for k in ("url", "event_count", "outcome", "usage")} == {
                 k: row[k] for k in ("url", "event_count", "outcome", "usage")
             }
+
+
+def test_a_stream_with_nul_bytes_is_stored_whole_on_postgresql_and_replays_exactly(
+    recorders: Recorders, tmp_path: Path, confdir: Path
+) -> None:
+    """PostgreSQL text cannot hold NUL: the event's text columns get U+FFFD, its raw bytes
+    stay exact, and replay sends those."""
+    chunks = [b'data: {"t":"a\x00b"}\n\n', b"event: x\x00y\ndata: 2\n\n", b"data: [DONE]\n\n"]
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    with pg_schema() as url, fixed_upstream(head, chunks) as upstream:
+        rec = recorders.start(url, "--mode", f"reverse:{upstream}")
+        _, recorded = raw_stream(rec.url, "/v1/chat/completions", CHAT)
+        assert recorded == b"".join(chunks)
+        assert rec.stop() == 0, rec.log.decode()
+        assert b"none lost" in rec.log
+        from ssetape.storage.store import Store
+
+        with Store.open(url, create=False) as store:
+            [x] = store.exchanges()
+            events = store.events(x.id)
+            assert (x.state, x.error, x.gap_seq) == ("completed", None, None)
+            assert [e.raw for e in events] == chunks
+            assert events[0].data == '{"t":"a\ufffdb"}'
+        rep = start_ssetape(
+            ["replay", "--db", url, "--port", "0", "--confdir", str(confdir), "--mode",
+             f"reverse:{upstream}"],
+            db=str(tmp_path / "pg"),
+        )  # fmt: skip
+        try:
+            status, replayed = raw_stream(rep.url, "/v1/chat/completions", CHAT)
+            assert (status, replayed) == (200, recorded)
+        finally:
+            assert rep.stop() == 0, rep.log.decode()

@@ -30,6 +30,14 @@ _PAGE = 5_000
 EXCHANGES = cast(Table, Exchange.__table__)
 
 
+# The exchange columns the analysis writes: derived from the events, so never in a cassette.
+KNOWLEDGE_COLUMNS = frozenset({
+    "api", "model", "outcome", "outcome_reason", "input_tokens", "output_tokens",
+    "total_tokens", "ttft_us", "gap_median_us", "gap_p95_us", "gap_max_us", "tokens_per_s",
+    "output_text", "details", "analysis_version",
+})  # fmt: skip
+
+
 def knowledge_columns(a: Analysis) -> dict[str, Any]:
     """The Exchange column values for one analysis."""
     return {

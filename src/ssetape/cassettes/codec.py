@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, cast
 import orjson
 from sqlalchemy import Column, Table, TypeDecorator
 
+from ssetape.analysis.knowledge import KNOWLEDGE_COLUMNS
 from ssetape.cassettes.constraints import check
 from ssetape.storage.models import Chunk, Event, Exchange
 
@@ -26,6 +27,15 @@ TABLES = {
 }
 # Ids are the store's own and never leave it.
 _SKIP = {"exchange": {"id"}, "event": {"exchange_id"}, "chunk": {"exchange_id"}}
+# Read when present (format 1 wrote them) but not written: what changes on every recording of
+# the same interaction (uid, started_at, recorder), and what is derived from the rest (the
+# analysis, the event count, the fields of an event, which its raw bytes hold). A re-recorded
+# cassette then differs where the timing did, and each event's bytes are in it once.
+NOT_WRITTEN = {
+    "exchange": frozenset({"uid", "started_at", "recorder", "event_count"}) | KNOWLEDGE_COLUMNS,
+    "event": frozenset({"event", "data", "sse_id"}),
+    "chunk": frozenset(),
+}
 _KINDS: list[tuple[type, str]] = [
     (bytes, "bytes"), (dt.datetime, "datetime"), (bool, "bool"), (int, "int"), (float, "float"),
     (str, "str"),
@@ -85,11 +95,12 @@ class CassetteCodec:
         self.columns = {
             c.name: _column(c) for c in TABLES[kind].columns if c.name not in _SKIP[kind]
         }
+        self.written = {n: c for n, c in self.columns.items() if n not in NOT_WRITTEN[kind]}
 
     def encode(self, row: dict[str, Any], uid: str) -> bytes:
         """One line (with its newline) for a row of this table."""
         obj: dict[str, Any] = {"kind": self.kind}
-        for name, col in self.columns.items():
+        for name, col in self.written.items():
             value = row.get(name)
             if value is None:
                 # Empty optional event fields stay off the line: a diff shows what an event

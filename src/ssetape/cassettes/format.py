@@ -1,16 +1,22 @@
-"""The cassette format (version 1): JSON Lines, reviewable in a diff and lossless for replay.
+"""The cassette format (version 2): JSON Lines, reviewable in a diff and lossless for replay.
 
 One JSON object per line::
 
-    {"ssetape_cassette": 1, "redact_fields": ["api_key"]}          header, always line 1
-    {"kind": "exchange", "uid": "...", "started_at": "...", ...}   every exchanges column but id
-    {"kind": "event", "seq": 0, "offset_us": 1234, "data": "...", "raw": "data: ...\\n\\n"}
+    {"ssetape_cassette": 2, "redact_fields": ["api_key"]}          header, always line 1
+    {"kind": "exchange", "method": "POST", "host": "...", ...}     the request and response
+    {"kind": "event", "seq": 0, "offset_us": 1234, "raw": "data: ...\\n\\n"}
     {"kind": "chunk", "seq": 0, "offset_us": 1234, "data": {"b64": "H4sI..."}}
 
 Events and chunks belong to the exchange line above them. A bytes value is a JSON string when
 it is valid UTF-8, else ``{"b64": "..."}``; datetimes are ISO 8601. Exchanges are ordered by
-fingerprint, then by recording order (the order replay serves repeats in), so re-recording an
-unchanged interaction changes only volatile values (uid, started_at, recorder, timings).
+fingerprint, then by recording order (the order replay serves repeats in).
+
+What is written is what was recorded and nothing derived from it (``codec.NOT_WRITTEN``), so
+re-recording an unchanged interaction changes only timing values, and each event's bytes
+appear once: an event's type, data and id are parsed from its raw bytes on reading, its
+exchange's analysis is made again on import, its event count counted. An exchange's uid is
+the hash of its line (importing a cassette twice adds nothing), its start the moment of the
+import. Version 1 (which wrote all of these) still reads.
 
 Compatibility policy: the columns of the store are written generically, so a newer ssetape may
 add keys without a new format version; a reader ignores keys it does not know and says which.
@@ -24,6 +30,8 @@ cassettes and stores; :class:`~ssetape.cassettes.cassette.Cassette` is the file.
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +39,7 @@ from typing import Any
 import orjson
 
 from ssetape.cassettes.codec import TABLES, CassetteCodec, CassetteError, short
+from ssetape.sse import SseParser
 
 __all__ = [
     "FORMAT_VERSION",
@@ -42,7 +51,7 @@ __all__ = [
     "read_records",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_BYTES = 4 * 1024 * 1024 * 1024
 HEADER_KEY = "ssetape_cassette"
@@ -65,7 +74,11 @@ def header_line(redact_fields: list[str]) -> bytes:
 
 
 def read_records(
-    name: str, lines: Iterable[tuple[int, bytes]], report: ImportReport
+    name: str,
+    lines: Iterable[tuple[int, bytes]],
+    report: ImportReport,
+    *,
+    now: dt.datetime | None = None,
 ) -> Generator[tuple[int, str, dict[str, Any]]]:
     """Validated (line number, kind, column values) of every line after the header of the
     cassette ``name``, from its (line number, bytes) ``lines``.
@@ -86,6 +99,9 @@ def read_records(
             f'(line 1 must be a header like {{"{HEADER_KEY}": {FORMAT_VERSION}}})'
         )
     report.redact_fields = _header(name, *header)
+    started = (now or dt.datetime.now(dt.UTC)).isoformat()
+    sse = False
+    alike: dict[bytes, int] = {}
     for number, raw in rows:
         where = f"{name}:{number}"
         obj = _parse(where, raw)
@@ -95,8 +111,17 @@ def read_records(
         if kind not in codecs:
             what = "unknown kind " + short(kind) if kind is not None else 'no "kind"'
             raise CassetteError(f'{where}: {what} (expected "exchange", "event" or "chunk")')
-        values = codecs[kind].decode(obj, name, number, report.ignored)
         if kind == "exchange":
+            # Content-addressed: the same exchange imported twice is the same row (and two
+            # identical lines in one cassette are two exchanges).
+            same = alike[raw] = alike.get(raw, -1) + 1
+            obj.setdefault("uid", hashlib.sha256(b"%d:%s" % (same, raw)).hexdigest()[:32])
+            obj.setdefault("started_at", started)
+        values = codecs[kind].decode(obj, name, number, report.ignored)
+        if kind == "event" and sse and "raw" in values and "data" not in obj:
+            values.update(event_fields(values["raw"]))
+        if kind == "exchange":
+            sse = is_sse(values.get("response_headers"))
             uid = values["uid"]
             if uid in seen_uids:
                 raise CassetteError(
@@ -121,6 +146,26 @@ def read_records(
                     f"ended ({duration})"
                 )
         yield number, kind, values
+
+
+def is_sse(headers: Any) -> bool:
+    """Whether a response's headers ([name, value] pairs) say it is an SSE stream, as the
+    recorder decides it."""
+    return any(
+        k.lower() == "content-type" and v.lower().startswith("text/event-stream")
+        for k, v in headers or ()
+    )
+
+
+def event_fields(raw: bytes) -> dict[str, Any]:
+    """An SSE event's type, data and id, parsed from its raw bytes as the recorder parsed
+    them (one event's bytes, the last one of a stream possibly unterminated)."""
+    parser = SseParser()
+    events = parser.feed(raw) + parser.close()
+    if len(events) != 1:  # not one event's bytes: nothing to say about it
+        return {}
+    ev = events[0]
+    return {"event": ev.type, "data": ev.data, "sse_id": ev.id}
 
 
 def _header(name: str, number: int, raw: bytes) -> list[str]:

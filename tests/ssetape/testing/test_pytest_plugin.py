@@ -332,7 +332,7 @@ def test_saving_merges_or_replaces_by_mode(tmp_path: Path) -> None:
         session._save(store)
         store.close()
         lines = [orjson.loads(line) for line in cassette.read_text().splitlines()[1:]]
-        return [x["uid"][0] for x in lines]
+        return [x["fingerprint"] for x in lines]
 
     assert save("a", "all", "run1") == ["a"]
     assert save("b", "all", "run1") == ["a", "b"]  # same run: tests sharing it add up
