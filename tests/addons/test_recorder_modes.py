@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import ssl
 import subprocess
@@ -9,9 +10,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import httpx
 import openai
+import pytest
 
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.store import Store
@@ -124,3 +128,61 @@ def test_streams_flow_at_once_even_when_not_recording(
     assert first is not None and total - first > 0.5  # the 0.75 s pause came after it
     assert proc.stop() == 0
     assert not Path(proc.db).exists()  # nothing recorded, nothing created
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_both_sdks_async_through_the_https_forward_proxy_in_each_encoding(
+    tls_sim: tuple[Simulator, Path],
+    ssetape_proc: Callable[..., Proc],
+    confdir: Path,
+    encoding: str,
+) -> None:
+    """The newest SDKs' async clients (httpx2 on Python 3.12+) through `ssetape record` in
+    forward mode, the answer compressed as they ask for it: they get what they get without
+    the proxy, and every event is stored."""
+    sim, upstream_cert = tls_sim
+    proc = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}")
+    base = sim.url.replace("127.0.0.1", "localhost")
+    asked = {"accept-encoding": encoding}
+
+    async def session(proxy: str | None) -> tuple[list[Any], list[Any]]:
+        cafile = confdir / "mitmproxy-ca-cert.pem" if proxy else upstream_cert
+        verify = ssl.create_default_context(cafile=cafile)
+        oai = openai.AsyncOpenAI(
+            base_url=base + "/v1", api_key="sk-x", max_retries=0, default_headers=asked,
+            http_client=openai.DefaultAsyncHttpxClient(proxy=proxy, verify=verify),
+        )  # fmt: skip
+        ant = anthropic.AsyncAnthropic(
+            base_url=base, api_key="sk-ant-x", max_retries=0, default_headers=asked,
+            http_client=anthropic.DefaultAsyncHttpxClient(proxy=proxy, verify=verify),
+        )  # fmt: skip
+        model = f"sim-{encoding}"
+        chat = await oai.chat.completions.create(
+            model=model, stream=True, messages=[{"role": "user", "content": "zip it"}]
+        )
+        chunks = [c.model_dump() async for c in chat]
+        msgs = await ant.messages.create(
+            model=model, max_tokens=30, stream=True, messages=[{"role": "user", "content": "zip"}]
+        )
+        events = [e.model_dump() async for e in msgs]
+        await oai.close()
+        await ant.close()
+        return chunks, events
+
+    try:
+        direct = asyncio.run(session(None))
+    except (openai.APIError, anthropic.APIError, httpx.DecodingError) as e:
+        pytest.skip(f"this SDK's HTTP client cannot decode {encoding}: {e}")
+    assert asyncio.run(session(proc.url)) == direct
+    assert any(c["choices"] and c["choices"][0]["finish_reason"] for c in direct[0])
+    assert proc.stop() == 0, proc.log.decode()
+    with Store.open(proc.db, create=False) as store:
+        xs = store.exchanges(order_desc=False)
+        assert [x.path for x in xs] == ["/v1/chat/completions", "/v1/messages"]
+        for x in xs:
+            headers = {k.lower(): v for k, v in x.response_headers or []}
+            assert headers["content-encoding"] == encoding
+            # An SDK may hang up right after the last event, before the body's final bytes:
+            # then the exchange says it was aborted, and the stream still completed.
+            assert x.state in ("completed", "aborted") and x.gap_seq is None
+            assert x.event_count > 3 and x.outcome == "completed"

@@ -24,11 +24,15 @@ Responder = Callable[
 ]
 
 
+HEAD_TIMEOUT = 60.0  # seconds a connection may take to send a request head, or wait for one
+
+
 class HttpServer:
     """Serves one :data:`Responder` over HTTP/1.1 keep-alive connections."""
 
-    def __init__(self, respond: Responder) -> None:
+    def __init__(self, respond: Responder, *, head_timeout: float = HEAD_TIMEOUT) -> None:
         self.respond = respond
+        self.head_timeout = head_timeout
         self.server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
 
@@ -36,7 +40,9 @@ class HttpServer:
         self._open.add(writer)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                # A client that never completes a head (or sits idle between requests) does
+                # not hold its connection for good.
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
                 request_line, headers = parse_head(head)
                 try:
                     body = await read_body(reader, headers)
@@ -48,7 +54,12 @@ class HttpServer:
                 if not keep or headers.get(b"connection", b"").lower() == b"close":
                     await writer.drain()
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+        ):
             pass
         finally:
             self._open.discard(writer)

@@ -96,3 +96,25 @@ def test_a_cut_recording_is_cut_on_replay(player: Player) -> None:
 def test_a_missing_recording_is_an_error_answer(player: Player) -> None:
     got = asyncio.run(replay(player, 99, speed=0, late=0))
     assert b"".join(d for _, d in got).startswith(b"HTTP/1.1 500 Error")
+
+
+def test_a_client_that_never_finishes_its_head_is_let_go() -> None:
+    """The replay servers' own bound on slow clients (`ssetape record` has the guard)."""
+
+    async def respond(*_: object) -> bool:
+        raise AssertionError("no request was complete")
+
+    async def session() -> tuple[bytes, float]:
+        server = HttpServer(respond, head_timeout=0.3)
+        port = await server.start("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/x HTTP/1.1\r\nhost: x\r\n")  # and nothing more
+        t = time.monotonic()
+        got = await asyncio.wait_for(reader.read(), 5)
+        took = time.monotonic() - t
+        writer.close()
+        await server.stop()
+        return got, took
+
+    got, took = asyncio.run(session())
+    assert got == b"" and 0.25 < took < 2  # closed, without an answer, once its time was up
