@@ -18,6 +18,19 @@ from tests.conftest import SSETAPE, start_ssetape
 from tests.upstreams import fixed_upstream
 
 
+def replayed(url: str, upstream: str, tmp_path: Path, confdir: Path) -> tuple[int, bytes]:
+    """Status and body of the chat request replayed by `ssetape replay` from ``url``."""
+    rep = start_ssetape(
+        ["replay", "--db", url, "--port", "0", "--confdir", str(confdir), "--mode",
+         f"reverse:{upstream}"],
+        db=str(tmp_path / "pg"),
+    )  # fmt: skip
+    try:
+        return raw_stream(rep.url, "/v1/chat/completions", CHAT)
+    finally:
+        assert rep.stop() == 0, rep.log.decode()
+
+
 def test_record_list_show_replay_on_postgresql(
     sim: Simulator, recorders: Recorders, tmp_path: Path, confdir: Path
 ) -> None:
@@ -42,16 +55,7 @@ def test_record_list_show_replay_on_postgresql(
         assert len(detail["events"]) == row["event_count"] > 0
 
         # The upstream is not needed: replay serves the stream from PostgreSQL.
-        rep = start_ssetape(
-            ["replay", "--db", url, "--port", "0", "--confdir", str(confdir), "--mode",
-             f"reverse:{sim.url}"],
-            db=str(tmp_path / "pg"),
-        )  # fmt: skip
-        try:
-            status, replayed = raw_stream(rep.url, "/v1/chat/completions", CHAT)
-            assert (status, replayed) == (200, direct)
-        finally:
-            assert rep.stop() == 0, rep.log.decode()
+        assert replayed(url, sim.url, tmp_path, confdir) == (200, direct)
 
         # stats, export and import on PostgreSQL too (in process: no mitmproxy needed).
         from click.testing import CliRunner
@@ -98,13 +102,4 @@ def test_a_stream_with_nul_bytes_is_stored_whole_on_postgresql_and_replays_exact
             assert (x.state, x.error, x.gap_seq) == ("completed", None, None)
             assert [e.raw for e in events] == chunks
             assert events[0].data == '{"t":"a\ufffdb"}'
-        rep = start_ssetape(
-            ["replay", "--db", url, "--port", "0", "--confdir", str(confdir), "--mode",
-             f"reverse:{upstream}"],
-            db=str(tmp_path / "pg"),
-        )  # fmt: skip
-        try:
-            status, replayed = raw_stream(rep.url, "/v1/chat/completions", CHAT)
-            assert (status, replayed) == (200, recorded)
-        finally:
-            assert rep.stop() == 0, rep.log.decode()
+        assert replayed(url, upstream, tmp_path, confdir) == (200, recorded)
