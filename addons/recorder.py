@@ -13,11 +13,11 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.guard import ConnectionGuard
@@ -28,6 +28,13 @@ from ssetape.addons.options import (
     open_store,
     seconds,
     store_redactor,
+)
+from ssetape.analysis.apis import streams_array
+from ssetape.analysis.profiles import (
+    DEFAULT_PROFILE,
+    parse_profile_overrides,
+    profile_for,
+    profile_names,
 )
 from ssetape.matching import canonical_request, fingerprint, placeholder
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
@@ -49,13 +56,17 @@ STOPPED = "recorder stopped before the exchange ended"
 MOVED = "the store changed (ssetape_db) before the exchange ended"
 
 
-def is_streamed(response: http.Response) -> bool:
+def is_streamed(response: http.Response, path: str = "") -> bool:
     """Bodies we pass through chunk by chunk instead of letting mitmproxy buffer them."""
     ctype = response.headers.get("content-type", "").lower()
     if ctype.startswith(STREAM_TYPES):
         return True
-    if "content-length" in response.headers or ctype.startswith("application/json"):
+    if "content-length" in response.headers:
         return False
+    if ctype.startswith("application/json"):
+        # A JSON answer is one body, except on a path whose stream is a JSON array sent in
+        # pieces (Gemini without alt=sse): that one is relayed and timed chunk by chunk.
+        return streams_array(path)
     return response.status_code not in (204, 304)
 
 
@@ -76,6 +87,7 @@ class Recorder:
         self.store: Store | None = None
         self.link: RecordLink | None = None
         self.redactor: Redactor | None = None
+        self.profiles: dict[str, str] = {}  # ssetape_profile, parsed
         self.inflight: dict[str, http.HTTPFlow] = {}
         # The counts line logged when the recorder stops; ``exit_warned``: it was a warning
         # (something was lost), so `ssetape record` need not print it again.
@@ -113,6 +125,14 @@ class Recorder:
             "wire bytes are stored (a small compressed body can inflate to gigabytes).",
         )
         loader.add_option(
+            "ssetape_profile",
+            Sequence[str],
+            [],
+            "HOST=NAME: read this host's streams under that provider profile (one of "
+            f"{', '.join(profile_names())}; '.example.com' names a whole domain). Hosts not "
+            f"named here get the profile that names them, else '{DEFAULT_PROFILE}'.",
+        )
+        loader.add_option(
             "ssetape_max_pending",
             int,
             1_000_000,
@@ -135,6 +155,10 @@ class Recorder:
         # Read by each stream as it begins: a change applies to the streams after it.
         at_least("ssetape_max_event", ctx.options.ssetape_max_event, 1024)
         at_least("ssetape_max_decoded", ctx.options.ssetape_max_decoded, 1 << 20)
+        try:
+            self.profiles = parse_profile_overrides(ctx.options.ssetape_profile)
+        except ValueError as e:
+            raise exceptions.OptionsError(f"ssetape_profile: {e}") from None
         if self.store is None or updated & {"ssetape_db", "ssetape_store_timeout"}:
             # Opened here too: a bad target is an option error (and the old store stays),
             # and migrations run once.
@@ -187,6 +211,8 @@ class Recorder:
             "scheme": req.scheme,
             "host": req.host,
             "port": req.port,
+            # Chosen as the exchange begins, so live analysis and reindex read it alike.
+            "profile": profile_for(req.host, self.profiles).name,
             "http_version": req.http_version,
             "request_headers": self.redactor.headers_list(req.headers.items(multi=True)),
         }
@@ -213,7 +239,7 @@ class Recorder:
         resp = flow.response
         if resp is None:
             return
-        streamed = is_streamed(resp)
+        streamed = is_streamed(resp, flow.request.path)
         if meta is None or self.link is None or self.redactor is None:
             # Not recording this one: still never hold a stream back (mitmproxy would buffer
             # it whole). Replayed responses are the replayer's to stream.

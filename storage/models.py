@@ -128,6 +128,12 @@ class Exchange(Base):
     input_tokens: Mapped[int | None] = mapped_column(Integer)
     output_tokens: Mapped[int | None] = mapped_column(Integer)
     total_tokens: Mapped[int | None] = mapped_column(Integer)
+    # Parts of the counts as the provider reports them, and the provider profile the stream
+    # was read under (migration 0004).
+    cache_read_tokens: Mapped[int | None] = mapped_column(Integer)
+    cache_write_tokens: Mapped[int | None] = mapped_column(Integer)
+    reasoning_tokens: Mapped[int | None] = mapped_column(Integer)
+    profile: Mapped[str | None] = mapped_column(String(32))
     ttft_us: Mapped[int | None] = mapped_column(BigInteger)
     gap_median_us: Mapped[int | None] = mapped_column(BigInteger)
     gap_p95_us: Mapped[int | None] = mapped_column(BigInteger)

@@ -67,7 +67,7 @@ class Outcome(StrEnum):
     """What the exchange itself said about how it ended (the stream's knowledge)."""
 
     COMPLETED = "completed"
-    INCOMPLETE = "incomplete"  # a token or length limit
+    INCOMPLETE = "incomplete"  # a token or length limit, or a turn paused to be resumed
     REFUSED = "refused"
     ERROR = "error"  # an error event after the stream started
     UNRESOLVED = "unresolved"  # Responses' response_unresolved

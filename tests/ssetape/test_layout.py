@@ -30,6 +30,7 @@ LAYERS = [
         "records",
         "vocabulary",
         "json_spans",
+        "json_array",
         "matching",
         "redactor",
         "decoders",

@@ -19,7 +19,9 @@ import orjson
 
 from ssetape.analysis.apis import APIS, UNKNOWN, api_of_body, api_of_event, detect_api
 from ssetape.analysis.findings import Finding, FindingCode
+from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from ssetape.analysis.tally import Tally
+from ssetape.json_array import JsonArrayParser
 from ssetape.vocabulary import ExchangeState, Outcome
 
 __all__ = ["Analysis", "Analyzer"]
@@ -45,6 +47,13 @@ class Analysis:
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
+    # As each provider reports them (Anthropic's input_tokens leave cache reads and writes
+    # out; OpenAI's include cached_tokens; reasoning is part of output_tokens).
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    # The provider profile the stream was read under (ssetape.analysis.profiles).
+    profile: str = DEFAULT_PROFILE
     ttft_us: int | None = None
     gap_median_us: int | None = None
     gap_p95_us: int | None = None
@@ -63,12 +72,23 @@ class Analysis:
 class Analyzer:
     """Analyse one exchange: construct, :meth:`feed` every stored event, then :meth:`finish`."""
 
-    def __init__(self, *, method: str, path: str, request_body: bytes | None) -> None:
+    def __init__(
+        self,
+        *,
+        method: str,
+        path: str,
+        request_body: bytes | None,
+        profile: Profile | str | None = None,
+    ) -> None:
         self._request: dict[str, Any] = {}
         self._request_model: str | None = None
         self._offsets = array("q")  # offsets of the content-bearing events
         self._data_events = 0
-        self._tally = Tally(UNKNOWN)
+        if isinstance(profile, str):
+            profile = PROFILES[profile]
+        self.profile = profile or PROFILES[DEFAULT_PROFILE]
+        self._tally = Tally(UNKNOWN, self.profile)
+        self._array: JsonArrayParser | None = None  # a stream that is one JSON array
         try:
             req = orjson.loads(request_body) if request_body else None
             if isinstance(req, dict):
@@ -96,6 +116,17 @@ class Analyzer:
         except Exception as exc:
             self._tally.add(FindingCode.ANALYZER_ERROR, seq, _describe(exc))
 
+    def feed_raw(self, seq: int, offset_us: int, raw: bytes) -> None:
+        """Take one stored chunk of a stream that is not SSE: for an API whose streams are a
+        JSON array (Gemini without alt=sse), each element completed is read as an event."""
+        rules = APIS.get(self._tally.api)
+        if rules is None or not rules.array_paths or (self._array is None and self._data_events):
+            return
+        if self._array is None:
+            self._array = JsonArrayParser()
+        for element in self._array.feed(raw):
+            self.feed(seq, offset_us, None, element.decode("utf-8", "replace"))
+
     def _feed(self, seq: int, event: str | None, data: str) -> bool:
         """Apply one data event; True when it carries content."""
         tally = self._tally
@@ -103,11 +134,13 @@ class Analyzer:
         if tally.closed:
             if data == "[DONE]" and tally.done_ok:
                 tally.done_ok, tally.finished = False, True
-            else:
-                name = event or ("[DONE]" if data == "[DONE]" else "message")
+                return False
+            name = _name(event, data)
+            if name not in tally.follow:
                 detail = f"{name[:80]} arrived after the terminal."
                 tally.add(FindingCode.EVENT_AFTER_TERMINAL, seq, detail)
-            return False
+                return False
+            tally.follow, tally.closed = frozenset(), False  # once; read it as any event
         done = data == "[DONE]"
         obj = _BAD_JSON if done else _loads(data)
         if tally.api == UNKNOWN:
@@ -151,6 +184,9 @@ class Analyzer:
     ) -> Analysis:
         tally = self._tally
         extra: list[Finding] = []
+        if self._array is not None and self._array.dropped:
+            detail = f"{self._array.dropped} array elements over the size bound were not read."
+            extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
         status = status if isinstance(status, int) and not isinstance(status, bool) else None
         http_error = status is not None and status >= 400
         streamed = self._data_events > 0 or "event-stream" in (content_type or "").lower()
@@ -161,7 +197,7 @@ class Analyzer:
             http_reason = _error_body_reason(body)
         elif body and not streamed:
             # A non-streamed answer: read it into a fresh tally so finish() stays repeatable.
-            tally, body_read = Tally(tally.api), True
+            tally, body_read = Tally(tally.api, self.profile), True
             self._read_body(tally, body, extra)
         model = tally.model or self._request_model
         rules = APIS.get(tally.api)
@@ -199,6 +235,10 @@ class Analyzer:
             input_tokens=inp,
             output_tokens=out,
             total_tokens=total,
+            cache_read_tokens=tally.cache_read_tokens,
+            cache_write_tokens=tally.cache_write_tokens,
+            reasoning_tokens=tally.reasoning_tokens,
+            profile=self.profile.name,
             ttft_us=ttft,
             gap_median_us=median,
             gap_p95_us=p95,
@@ -224,6 +264,10 @@ class Analyzer:
         except orjson.JSONDecodeError:
             detail = "The response body is not valid JSON."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
+            return
+        rules = APIS.get(tally.api)
+        if isinstance(obj, list) and rules is not None and rules.body_array is not None:
+            rules.body_array(tally, obj)
             return
         if not isinstance(obj, dict):
             detail = "The response body is not a JSON object."
@@ -283,6 +327,17 @@ def _outcome(
     if tally.api == UNKNOWN:
         return Outcome.COMPLETED, None
     return Outcome.CUT, "invalid JSON body" if body_read else "no terminal event"
+
+
+def _name(event: str | None, data: str) -> str:
+    """An event's type for a message: its name, else its payload's type (data-only streams)."""
+    if data == "[DONE]":
+        return data
+    if event and event != "message":
+        return event
+    obj = _loads(data) if len(data) < 1 << 16 else None  # only for a finding: stay cheap
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) and kind else "message"
 
 
 def _loads(data: str) -> Any:

@@ -46,3 +46,8 @@ class ApiRules:
     error_events: frozenset[str] = frozenset()
     content_events: frozenset[str] = frozenset()
     payload_kind: Callable[[Payload], str] | None = None
+    # Paths whose streams are one JSON array sent in pieces over ``application/json``
+    # (Gemini without ``alt=sse``): relayed chunk by chunk, each element read as an event.
+    array_paths: tuple[str, ...] = ()
+    # A whole JSON array answer (such a stream stored as a body), element by element.
+    body_array: Callable[[Tally, list[object]], None] | None = None

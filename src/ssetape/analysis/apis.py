@@ -7,16 +7,34 @@ else from its first events or its body.
 
 from __future__ import annotations
 
-from ssetape.analysis.api_rules import ApiRules, Payload
-from ssetape.analysis.rules import chat_completions, images, messages, responses
+import re
 
-__all__ = ["APIS", "UNKNOWN", "api_names", "api_of_body", "api_of_event", "detect_api"]
+from ssetape.analysis.api_rules import ApiRules, Payload
+from ssetape.analysis.rules import chat_completions, gemini, images, messages, responses
+
+__all__ = [
+    "APIS",
+    "UNKNOWN",
+    "api_names",
+    "api_of_body",
+    "api_of_event",
+    "detect_api",
+    "streams_array",
+]
 
 UNKNOWN = "unknown"
 APIS: dict[str, ApiRules] = {
     rules.name: rules
-    for rules in (chat_completions.RULES, responses.RULES, messages.RULES, images.RULES)
+    for rules in (
+        chat_completions.RULES,
+        responses.RULES,
+        messages.RULES,
+        images.RULES,
+        gemini.RULES,
+    )
 }
+# A Responses stream resumed by id: GET /v1/responses/{id}?stream=true&starting_after=N.
+_RESUMED = re.compile(r"/responses/[^/]+$")
 # Typed APIs first: their event names are the surest sign, a "choices" key the weakest.
 _BY_EVENT = sorted(APIS.values(), key=lambda r: not r.typed_events)
 
@@ -28,11 +46,21 @@ def api_names() -> list[str]:
 
 def detect_api(path: str) -> str:
     """The API of a request path, by suffix so that gateway prefixes such as /api/v1 work."""
-    path = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    path = _bare(path)
     for rules in APIS.values():
         if path.endswith(rules.paths):
             return rules.name
-    return UNKNOWN
+    return responses.RULES.name if _RESUMED.search(path) else UNKNOWN
+
+
+def streams_array(path: str) -> bool:
+    """Whether a path's ``application/json`` answer is a stream (a JSON array in pieces)."""
+    path = _bare(path)
+    return any(path.endswith(r.array_paths) for r in APIS.values() if r.array_paths)
+
+
+def _bare(path: str) -> str:
+    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
 
 
 def api_of_event(event: str | None, obj: object) -> str:

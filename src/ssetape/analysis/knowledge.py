@@ -10,7 +10,7 @@ the same ``Analyzer``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.live_analysis import content_type
+from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
 from ssetape.storage.engine import SQLITE_BEGIN
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import Store
@@ -25,7 +26,7 @@ from ssetape.storage.store import Store
 log = logging.getLogger("ssetape.analysis.knowledge")
 
 # Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2  # 2: provider profiles, cache and reasoning token counts
 _PAGE = 5_000
 EXCHANGES = cast(Table, Exchange.__table__)
 
@@ -33,7 +34,8 @@ EXCHANGES = cast(Table, Exchange.__table__)
 # The exchange columns the analysis writes: derived from the events, so never in a cassette.
 KNOWLEDGE_COLUMNS = frozenset({
     "api", "model", "outcome", "outcome_reason", "input_tokens", "output_tokens",
-    "total_tokens", "ttft_us", "gap_median_us", "gap_p95_us", "gap_max_us", "tokens_per_s",
+    "total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "profile",
+    "ttft_us", "gap_median_us", "gap_p95_us", "gap_max_us", "tokens_per_s",
     "output_text", "details", "analysis_version",
 })  # fmt: skip
 
@@ -48,6 +50,10 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
         "input_tokens": a.input_tokens,
         "output_tokens": a.output_tokens,
         "total_tokens": a.total_tokens,
+        "cache_read_tokens": a.cache_read_tokens,
+        "cache_write_tokens": a.cache_write_tokens,
+        "reasoning_tokens": a.reasoning_tokens,
+        "profile": a.profile,
         "ttft_us": a.ttft_us,
         "gap_median_us": a.gap_median_us,
         "gap_p95_us": a.gap_p95_us,
@@ -86,10 +92,19 @@ def _save(conn: Connection, results: list[tuple[int, Analysis]]) -> None:
 class Knowledge:
     """Analyses stored exchanges, writes their stream knowledge and findings, reads them."""
 
-    def __init__(self, store: Store, live: Callable[[str], Analysis | None] | None = None) -> None:
-        """``live``: the analysis already made while recording an exchange, by uid."""
+    def __init__(
+        self,
+        store: Store,
+        live: Callable[[str], Analysis | None] | None = None,
+        *,
+        profiles: Mapping[str, str] | None = None,
+    ) -> None:
+        """``live``: the analysis already made while recording an exchange, by uid.
+        ``profiles``: HOST=NAME overrides for re-analysis; without one, an exchange keeps the
+        profile it was recorded under, else gets its host's."""
         self._store = store
         self._live = live
+        self._profiles = profiles or {}
         self._engine = (
             store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
             if store.is_sqlite
@@ -97,8 +112,17 @@ class Knowledge:
         )
 
     def analyse(self, s: Session, x: Exchange) -> Analysis:
-        analyzer = Analyzer(method=x.method, path=x.path, request_body=x.request_body)
-        if x.is_stream:
+        profile = (
+            override_for(x.host, self._profiles)
+            or profile_or_none(x.profile)
+            or profile_for(x.host)
+        )
+        analyzer = Analyzer(
+            method=x.method, path=x.path, request_body=x.request_body, profile=profile
+        )
+        ctype = content_type(x.response_headers)
+        sse = ctype is None or "event-stream" in ctype.lower()
+        if x.is_stream and sse:
             stmt = (
                 select(Event.seq, Event.offset_us, Event.event, Event.data)
                 .where(Event.exchange_id == x.id)
@@ -107,11 +131,21 @@ class Knowledge:
             )
             for seq, offset_us, event, data in s.execute(stmt):
                 analyzer.feed(seq, offset_us, event, data)
+        elif x.is_stream:
+            # Not SSE: its rows are the wire chunks (a JSON array in pieces, NDJSON).
+            raw_stmt = (
+                select(Event.seq, Event.offset_us, Event.raw)
+                .where(Event.exchange_id == x.id)
+                .order_by(Event.seq)
+                .execution_options(yield_per=_PAGE)
+            )
+            for seq, offset_us, raw in s.execute(raw_stmt):
+                analyzer.feed_raw(seq, offset_us, bytes(raw))
         return analyzer.finish(
             status=x.status,
             state=x.state,
             response_body=None if x.is_stream else x.response_body,
-            response_content_type=content_type(x.response_headers),
+            response_content_type=ctype,
         )
 
     def update(self, exchange_ids: Iterable[int]) -> int:

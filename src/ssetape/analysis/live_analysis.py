@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
+from ssetape.analysis.profiles import profile_or_none
 from ssetape.records import ChunkRow, EventRow, EventSink
 
 MAX_WAITING = 10_000  # finished analyses waiting for the writer to commit their exchange
@@ -44,7 +45,10 @@ class LiveAnalysis:
 
     def begin(self, uid: str, fields: dict[str, Any]) -> None:
         self._analyzers[uid] = Analyzer(
-            method=fields["method"], path=fields["path"], request_body=fields["request_body"]
+            method=fields["method"],
+            path=fields["path"],
+            request_body=fields["request_body"],
+            profile=profile_or_none(fields.get("profile")),
         )
 
     def update(self, uid: str, fields: dict[str, Any]) -> None:
@@ -55,9 +59,12 @@ class LiveAnalysis:
     def add_events(self, uid: str, rows: list[EventRow]) -> None:
         analyzer = self._analyzers.get(uid)
         if analyzer is not None:
-            feed = analyzer.feed
-            for seq, offset_us, event, data, _, _ in rows:
-                feed(seq, offset_us, event, data)
+            feed, feed_raw = analyzer.feed, analyzer.feed_raw
+            for seq, offset_us, event, data, _, raw in rows:
+                if data is None and event is None:
+                    feed_raw(seq, offset_us, raw)  # a chunk of a stream that is not SSE
+                else:
+                    feed(seq, offset_us, event, data)
         waiting = self._rows.get(uid)
         if waiting is None:
             self._rows[uid] = rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ssetape.analysis.findings import Finding, FindingCode
+from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
 
 __all__ = ["MAX_FINDINGS", "Tally", "ToolCall"]
 
@@ -32,8 +33,10 @@ class ToolCall:
 class Tally:
     """Running state of one exchange, updated by the rule modules."""
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, profile: Profile | None = None) -> None:
         self.api = api
+        # What the exchange's provider sends (see ssetape.analysis.profiles).
+        self.profile = profile or PROFILES[DEFAULT_PROFILE]
         self.model: str | None = None
         self.text: list[str] = []
         self.refusal: list[str] = []
@@ -42,6 +45,11 @@ class Tally:
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.total_tokens: int | None = None
+        # Parts of the counts above that providers report apart: input served from the prompt
+        # cache, input written to it, and output spent on reasoning.
+        self.cache_read_tokens: int | None = None
+        self.cache_write_tokens: int | None = None
+        self.reasoning_tokens: int | None = None
         self.usage_seen = False
         # The request option that asked for usage in the stream, if one did.
         self.usage_requested: str | None = None
@@ -56,6 +64,12 @@ class Tally:
         self.closed = False
         self.done_ok = False
         self.finished = False
+        # Event types one of which may still follow the terminal, once (OpenAI's
+        # response.failed after error); their data is read as any event's.
+        self.follow: frozenset[str] = frozenset()
+        # Content blocks the provider runs itself (Anthropic's server tools): their input is
+        # the model's output, but no call for the client.
+        self.server_blocks: set[object] = set()
         self.findings: list[Finding] = []
         self.dropped = 0
         self.unknown_names: set[str] = set()
@@ -90,6 +104,17 @@ class Tally:
             self.output_tokens = _count(out)
         if _count(total) is not None:
             self.total_tokens = _count(total)
+
+    def usage_details(
+        self, *, cache_read: object = None, cache_write: object = None, reasoning: object = None
+    ) -> None:
+        """Record the cache and reasoning parts of the counts; non-counts are ignored."""
+        if _count(cache_read) is not None:
+            self.cache_read_tokens = _count(cache_read)
+        if _count(cache_write) is not None:
+            self.cache_write_tokens = _count(cache_write)
+        if _count(reasoning) is not None:
+            self.reasoning_tokens = _count(reasoning)
 
     def set_model(self, value: object) -> None:
         if self.model is None and isinstance(value, str) and value:

@@ -7,7 +7,7 @@ exports a store's exchanges into it, written 0600 and replaced atomically.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -92,14 +92,20 @@ class Cassette:
                     )
                 yield number, body
 
-    def import_into(self, store: Store, *, progress: Progress | None = None) -> ImportReport:
+    def import_into(
+        self,
+        store: Store,
+        *,
+        progress: Progress | None = None,
+        profiles: Mapping[str, str] | None = None,
+    ) -> ImportReport:
         """Add the cassette's exchanges to ``store`` in one transaction (all or nothing).
 
         Exchanges whose uid the store already has are skipped, so importing twice is
         harmless. What goes in is redacted as the store redacts what it records (its key, its
         fields and the cassette's), so no secret the cassette carries reaches the store; the
         cassette's redacted fields join the store's, so later recordings and replays mask the
-        same fields.
+        same fields. ``profiles``: HOST=NAME provider profiles to read the streams under.
         """
         report = ImportReport()
         size = self._size()
@@ -123,7 +129,7 @@ class Cassette:
                 insert_exchange(conn, report, *pending, rows)
         # Findings are not in cassettes, and a cassette from an older ssetape lacks the
         # knowledge columns: derive both here, as the recorder would have.
-        Knowledge(store).reanalyse(sorted(report.lines))
+        Knowledge(store, profiles=profiles).reanalyse(sorted(report.lines))
         if report.redact_fields:
             store.add_redact_fields(report.redact_fields)
         if progress is not None:

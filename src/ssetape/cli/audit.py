@@ -11,7 +11,7 @@ from rich.progress import Progress
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import GROUP_BY, Stats
-from ssetape.cli.options import db_option, filter_options, open_db, print_json
+from ssetape.cli.options import db_option, filter_options, open_db, print_json, profile_option
 from ssetape.storage.filters import Filters
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
@@ -73,11 +73,15 @@ def stats(db: str, by: str | None, as_json: bool, runs: bool, **filters: Any) ->
 @click.command()
 @db_option
 @click.option("--stale", is_flag=True, help="Only exchanges not analysed by this version yet.")
-def reindex(db: str, stale: bool) -> None:
-    """Recompute the stream knowledge (api, model, outcome, usage, timing, findings)."""
+@profile_option
+def reindex(db: str, stale: bool, profiles: dict[str, str]) -> None:
+    """Recompute the stream knowledge (api, model, outcome, usage, timing, findings).
+
+    Each exchange is read under the profile it was recorded with (its host's, for stores
+    older than profiles), unless --profile names its host."""
     store = open_db(db)
     try:
-        knowledge = Knowledge(store)
+        knowledge = Knowledge(store, profiles=profiles)
         ids = knowledge.exchange_ids(stale_only=stale)
         with Progress(console=Console(stderr=True), disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("reindex", total=len(ids))

@@ -14,6 +14,7 @@ import orjson
 from sqlalchemy import make_url
 
 from ssetape.analysis.apis import api_names
+from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, profile_names
 from ssetape.storage.filters import parse_since
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store, StoreError
@@ -25,6 +26,7 @@ __all__ = [
     "filter_options",
     "open_db",
     "print_json",
+    "profile_option",
     "proxy_options",
     "shown",
     "size_option",
@@ -38,6 +40,25 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 
 db_option = click.option(
     "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
+)
+
+
+def _profiles(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    try:
+        return parse_profile_overrides(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+profile_option = click.option(
+    "--profile",
+    "profiles",
+    multiple=True,
+    metavar="HOST=NAME",
+    callback=_profiles,
+    help=f"Read HOST's streams under provider profile NAME ({', '.join(profile_names())}); "
+    f"'.example.com' names a domain. Default: the profile naming the host, else "
+    f"{DEFAULT_PROFILE} (repeatable).",
 )
 
 
@@ -81,6 +102,7 @@ def proxy_options(f: F) -> F:
                      help="Extra header to redact (repeatable)."),
         click.option("--redact-field", multiple=True,
                      help="JSON body field to redact: dotted path or bare name (repeatable)."),
+        profile_option,
         click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True,
                      help="mitmproxy's directory (CA certificate)."),
         click.option("--set", "sets", multiple=True, metavar="OPTION=VALUE",

@@ -34,6 +34,7 @@ def run_proxy(
     sets: tuple[str, ...],
     redact_header: tuple[str, ...],
     redact_field: tuple[str, ...],
+    profiles: dict[str, str],
     extra: dict[str, Any],
 ) -> None:
     """Run mitmproxy with ``addons`` and the options of ``proxy_options`` plus ``extra``."""
@@ -41,6 +42,7 @@ def run_proxy(
         "ssetape_db": db,
         "ssetape_redact_header": list(redact_header),
         "ssetape_redact_field": list(redact_field),
+        "ssetape_profile": [f"{host}={name}" for host, name in profiles.items()],
         **extra,
     }
     mode = validate_mode(mode)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ssetape.simulator import anthropic_streams, openai_streams
+from ssetape.simulator import anthropic_streams, gemini_streams, openai_streams
 from ssetape.simulator.scenario import Api, Plan, Scenario, parse_request
 
 __all__ = ["ROUTES", "plan", "route"]
@@ -24,6 +24,9 @@ ROUTES: tuple[tuple[str, Api, Builder, ErrorBuilder], ...] = (
     ("/messages", "messages", anthropic_streams.messages, anthropic_streams.error),
     ("/images/generations", "images", openai_streams.images, openai_streams.error),
     ("/images", "images", openai_streams.images, openai_streams.error),
+    # Gemini names the model in the path: .../models/{model}:streamGenerateContent.
+    (":streamGenerateContent", "gemini", gemini_streams.gemini, gemini_streams.error),
+    (":generateContent", "gemini", gemini_streams.gemini, gemini_streams.error),
 )
 
 
@@ -54,7 +57,7 @@ def plan(
     if method.upper() != "POST":
         return error(None, 405, f"Method {method} is not allowed on {path}.", speed)
     try:
-        sc = parse_request(api, headers, body)
+        sc = parse_request(api, headers, body, path)
     except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         return error(None, 400, f"Could not parse the JSON body: {exc}", speed)
     if sc.status_error is not None:

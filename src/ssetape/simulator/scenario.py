@@ -3,8 +3,10 @@
 Endpoints, matched by path suffix so that prefixes such as ``/api/v1`` work too:
 ``POST .../chat/completions`` (OpenAI Chat Completions), ``.../responses`` (OpenAI
 Responses), ``.../messages`` (Anthropic Messages), ``.../images/generations`` and
-``.../images`` (OpenAI image generation). A body with ``"stream": true`` gets Server-Sent
-Events, otherwise the API's JSON object; any other path gets a 404 OpenAI-shaped error.
+``.../images`` (OpenAI image generation), ``.../models/{model}:streamGenerateContent`` and
+``:generateContent`` (Google Gemini, whose path names the model and whether it streams). A
+body with ``"stream": true`` gets Server-Sent Events, otherwise the API's JSON object; any
+other path gets a 404 OpenAI-shaped error.
 
 Everything is a deterministic function of the request. The answer's words are a seeded
 choice keyed on the last user message, with some non-ASCII ("café", emoji); ids and
@@ -60,7 +62,7 @@ import orjson
 
 from ssetape.simulator.encodings import chosen, encode_whole
 
-Api: TypeAlias = Literal["chat", "responses", "messages", "images"]
+Api: TypeAlias = Literal["chat", "responses", "messages", "images", "gemini"]
 Split: TypeAlias = Literal["line", "utf8"]
 Failure: TypeAlias = Literal["cut", "unresolved", "failed", "error"]
 
@@ -120,6 +122,7 @@ class Scenario:
     prompt_tokens: int
     after_tool: bool  # the last turn is a tool result, so answer instead of calling again
     digest: str = field(repr=False)
+    query: str = ""  # the request's query string (Gemini's alt=sse picks the framing)
 
     def has(self, keyword: str) -> bool:
         return keyword in self.keywords
@@ -166,6 +169,8 @@ def _conversation(api: Api, body: Mapping[str, Any]) -> tuple[list[Any], str, bo
     """(all messages, the last user message, whether the last turn is a tool result)."""
     if api == "images":
         return [], _text_of(body.get("prompt")), False
+    if api == "gemini":
+        return _gemini_conversation(body)
     raw = body.get("input") if api == "responses" else body.get("messages")
     if isinstance(raw, str):
         return [raw], raw, False
@@ -180,8 +185,26 @@ def _conversation(api: Api, body: Mapping[str, Any]) -> tuple[list[Any], str, bo
     return items, _text_of(users[-1].get("content")) if users else "", after_tool
 
 
+def _gemini_conversation(body: Mapping[str, Any]) -> tuple[list[Any], str, bool]:
+    """Gemini's ``contents``: turns of ``parts``; a turn without a role is the user's."""
+    raw = body.get("contents")
+    items = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+    users = [c for c in items if c.get("role", "user") == "user"]
+    parts = items[-1].get("parts") if items else None
+    after_tool = isinstance(parts, list) and any(
+        isinstance(p, dict) and "functionResponse" in p for p in parts
+    )
+    return items, _text_of(users[-1].get("parts")) if users else "", after_tool
+
+
+def _gemini_model(path: str) -> str:
+    """The model of a Gemini path, ``.../models/{model}:streamGenerateContent``."""
+    name = path.split("?", 1)[0].rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in name else ""
+
+
 def _limit(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_output_tokens", "max_completion_tokens", "max_tokens"):
+    for name in ("max_output_tokens", "max_completion_tokens", "max_tokens", "maxOutputTokens"):
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
@@ -199,15 +222,23 @@ def answer_tokens(prompt: str, count: int) -> list[str]:
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 
-def parse_request(api: Api, headers: Mapping[str, str], body: bytes) -> Scenario:
-    """Read a request body that must be a JSON object (ValueError otherwise)."""
+def parse_request(api: Api, headers: Mapping[str, str], body: bytes, path: str = "") -> Scenario:
+    """Read a request body that must be a JSON object (ValueError otherwise); ``path`` (with
+    its query) holds Gemini's model, whether it streams and its framing."""
     data = orjson.loads(body)
     if not isinstance(data, dict):
         raise ValueError("the request body must be a JSON object")
     model = data.get("model") if isinstance(data.get("model"), str) else ""
+    stream = data.get("stream") is True
+    config = data
+    if api == "gemini":
+        model = _gemini_model(path)
+        stream = path.split("?", 1)[0].rstrip("/").endswith(":streamGenerateContent")
+        generation = data.get("generationConfig")
+        config = generation if isinstance(generation, dict) else {}
     keywords = keywords_of(str(model))
     messages, prompt, after_tool = _conversation(api, data)
-    limit = _limit(data)
+    limit = _limit(config)
     natural = DEFAULT_TOKENS if limit is None or limit < DEFAULT_TOKENS else min(limit, MAX_TOKENS)
     tokens = answer_tokens(prompt, natural)
     truncated = limit is not None and limit < DEFAULT_TOKENS
@@ -223,7 +254,7 @@ def parse_request(api: Api, headers: Mapping[str, str], body: bytes) -> Scenario
         body=data,
         model=str(model),
         keywords=keywords,
-        stream=data.get("stream") is True,
+        stream=stream,
         encoding=chosen(keywords, headers.get("accept-encoding", "")),
         seed=int(digest[:12], 16),
         prompt=prompt,
@@ -232,6 +263,7 @@ def parse_request(api: Api, headers: Mapping[str, str], body: bytes) -> Scenario
         prompt_tokens=max(1, text_size // 4) + 3 * len(messages),
         after_tool=after_tool,
         digest=digest,
+        query=path.partition("?")[2],
     )
 
 

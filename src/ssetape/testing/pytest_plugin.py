@@ -35,7 +35,7 @@ _SESSION = pytest.StashKey["TapeSession"]()
 _RUN_ID = pytest.StashKey[str]()
 _MARKER_OPTIONS = (
     "cassette", "record_mode", "speed", "ignore_fields", "match_host", "allow_gaps",
-    "redact_fields", "redact_headers",
+    "redact_fields", "redact_headers", "profiles",
 )  # fmt: skip
 _UNSAFE = re.compile(r"[^\w.\-\[\]=,+]")
 _HEX_KEY = re.compile(r"^[0-9a-fA-F]{32,128}$")
@@ -83,7 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "ssetape(cassette=None, *, record_mode=None, speed=None, ignore_fields=(), "
-        "match_host=True, allow_gaps=False, redact_fields=(), redact_headers=()): options of "
+        "match_host=True, allow_gaps=False, redact_fields=(), redact_headers=(), profiles={}): "
+        "options of "
         "the ssetape "
         "fixture for this test (they override the command line).",
     )
@@ -105,6 +106,20 @@ def default_cassette(item: pytest.Item) -> Path:
     """``cassettes/<test module>/<test name>.jsonl`` next to the test file."""
     name = item.nodeid.split("::", 1)[-1].replace("::", ".")
     return item.path.parent / "cassettes" / item.path.stem / f"{_UNSAFE.sub('_', name)}.jsonl"
+
+
+def _profiles(value: object) -> dict[str, str]:
+    """The marker's ``profiles``: {host: name} or ["host=name", ...], checked."""
+    from ssetape.analysis.profiles import parse_profile_overrides
+
+    if isinstance(value, dict):
+        value = [f"{host}={name}" for host, name in value.items()]
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"@pytest.mark.ssetape(profiles=...): {value!r} is not a mapping")
+    try:
+        return parse_profile_overrides(str(v) for v in value)
+    except ValueError as e:
+        raise ValueError(f"@pytest.mark.ssetape(profiles=...): {e}") from None
 
 
 def _marker_options(item: pytest.Item) -> dict[str, Any]:
@@ -172,6 +187,7 @@ def _session(item: pytest.Item) -> TapeSession:
         allow_gaps=bool(opts.get("allow_gaps", False)),
         redact_fields=tuple(opts.get("redact_fields", ())),
         redact_headers=tuple(opts.get("redact_headers", ())),
+        profiles=_profiles(opts.get("profiles", {})),
         run_id=config.stash[_RUN_ID],
         ssetape_bin=config.getoption("ssetape_bin"),
     )

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -63,6 +63,7 @@ class TapeSession:
         redact_headers: Sequence[str] = (),
         redact_fields: Sequence[str] = (),
         redaction_key: str | None = None,
+        profiles: Mapping[str, str] | None = None,
         run_id: str = "",
         lock_dir: Path | None = None,
         ssetape_bin: str = "",
@@ -83,6 +84,8 @@ class TapeSession:
         self.redact_fields = tuple(redact_fields)
         self.confdir = confdir
         self.redaction_key = redaction_key
+        # HOST=NAME provider profiles the streams are read under, recorded and replayed.
+        self.profiles = dict(profiles or {})
         self.run_id = run_id
         self.lock_dir = lock_dir or default_lock_dir()
         #: True when this test replays the cassette; False when it records.
@@ -118,7 +121,7 @@ class TapeSession:
         self._store = store = Store.open(str(db), create=False)
         fields = list(self.redact_fields)
         if (self.replaying or self.record_mode.forwards_misses) and self.cassette.exists():
-            report = Cassette(self.cassette).import_into(store)
+            report = Cassette(self.cassette).import_into(store, profiles=self.profiles)
             self._lines = report.lines
             fields += report.redact_fields
             if report.ignored:
@@ -169,7 +172,7 @@ class TapeSession:
             # `all` starts the cassette afresh, except that tests of the same run sharing it
             # add up; the other modes keep what is there (union by exchange uid).
             if (self.record_mode != RecordMode.ALL or written_this_run) and self.cassette.exists():
-                Cassette(self.cassette).import_into(store)
+                Cassette(self.cassette).import_into(store, profiles=self.profiles)
             Cassette(self.cassette).export(store)
             lock.seek(0)
             lock.truncate()
@@ -265,6 +268,8 @@ class TapeSession:
                  "--confdir", str(self.confdir)]  # fmt: skip
         for field in self.redact_fields:
             args += ["--redact-field", field]
+        for host, name in self.profiles.items():
+            args += ["--profile", f"{host}={name}"]
         for header in self.redact_headers:
             args += ["--redact-header", header]
         self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file

@@ -47,7 +47,11 @@ def summary(x: Exchange) -> dict[str, Any]:
             "input_tokens": x.input_tokens,
             "output_tokens": x.output_tokens,
             "total_tokens": x.total_tokens,
+            "cache_read_tokens": x.cache_read_tokens,
+            "cache_write_tokens": x.cache_write_tokens,
+            "reasoning_tokens": x.reasoning_tokens,
         },
+        "profile": x.profile,
         "ttft_ms": _ms(x.ttft_us),
     }
 

@@ -104,6 +104,20 @@ def _tokens(x: Exchange) -> str:
     )
 
 
+def _token_parts(x: Exchange) -> str:
+    """The parts of the counts the provider reported apart, beside them."""
+    parts = [
+        f"{label} {n}"
+        for label, n in (
+            ("cache read", x.cache_read_tokens),
+            ("cache write", x.cache_write_tokens),
+            ("reasoning", x.reasoning_tokens),
+        )
+        if n
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _headers_table(title: str, headers: list[list[str]] | None) -> Table:
     t = Table(title=title, title_justify="left", box=None, show_header=False)
     t.add_column(style="cyan")
@@ -188,7 +202,8 @@ def _knowledge_line(x: Exchange) -> Text:
     return Text.assemble(
         visible(f"{x.api} {x.model or '-'}  "),
         (visible(f"{x.outcome}{reason}"), _OUTCOME_STYLE.get(x.outcome or "", "yellow")),
-        f"  tokens in/out {_tokens(x) or '-'}{tps}{gaps}",
+        f"  tokens in/out {_tokens(x) or '-'}{_token_parts(x)}{tps}{gaps}",
+        visible(f"  profile {x.profile}") if x.profile else "",
     )
 
 

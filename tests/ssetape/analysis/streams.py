@@ -108,9 +108,11 @@ def run(
     state: str = "completed",
     status: int | None = 200,
     offsets: list[int] | None = None,
+    profile: str | None = None,
 ) -> Analysis:
     """Analyse hand-written events: data given as str is sent as is, anything else as JSON."""
-    an = Analyzer(method="POST", path=path, request_body=orjson.dumps(request or {}))
+    body = orjson.dumps(request or {})
+    an = Analyzer(method="POST", path=path, request_body=body, profile=profile)
     for seq, (event, data) in enumerate(events):
         text = data if data is None or isinstance(data, str) else orjson.dumps(data).decode()
         an.feed(seq, offsets[seq] if offsets else 1000 * seq, event, text)

@@ -24,10 +24,21 @@ from ssetape.vocabulary import Outcome
         ("/v1/images/generations", "images"),
         ("/v1/images/edits", "images"),
         ("/v1/embeddings", "unknown"),
+        # A Responses stream resumed by id; the input items of a response are no stream.
+        ("/v1/responses/resp_0850?starting_after=0&stream=true", "responses"),
+        ("/v1/responses/resp_0850/input_items", "unknown"),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini"),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini"),
     ],
 )
 def test_the_api_of_a_path(path: str, api: str) -> None:
     assert apis.detect_api(path) == api
+
+
+def test_which_json_answers_are_streams() -> None:
+    assert apis.streams_array("/v1beta/models/gemini-2.5-flash:streamGenerateContent")
+    assert not apis.streams_array("/v1beta/models/gemini-2.5-flash:generateContent")
+    assert not apis.streams_array("/v1/chat/completions")
 
 
 def test_the_api_of_an_event_or_a_body_when_the_path_does_not_tell() -> None:
@@ -40,7 +51,10 @@ def test_the_api_of_an_event_or_a_body_when_the_path_does_not_tell() -> None:
     assert apis.api_of_event(None, {"hello": 1}) == "unknown"
     assert apis.api_of_body({"object": "response"}) == "responses"
     assert apis.api_of_body({"type": "message"}) == "messages"
-    assert apis.api_names() == ["chat_completions", "responses", "messages", "images", "unknown"]
+    assert apis.api_of_event(None, {"candidates": [], "modelVersion": "gemini-2.5"}) == "gemini"
+    assert apis.api_names() == [
+        "chat_completions", "responses", "messages", "images", "gemini", "unknown",
+    ]  # fmt: skip
 
 
 def test_a_new_api_is_one_rules_object_and_one_registry_entry(

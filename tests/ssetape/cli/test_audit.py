@@ -142,7 +142,11 @@ def test_show_json_tells_what_each_stream_said(tape: Tape) -> None:
         for key in ("ttfb_ms", "ttft_ms", "duration_ms", "gap_ms", "output_text", "findings"):
             assert key in d
         assert set(d["gap_ms"]) == {"median", "p95", "max"}
-        assert set(d["usage"]) == {"input_tokens", "output_tokens", "total_tokens"}
+        assert set(d["usage"]) == {
+            "input_tokens", "output_tokens", "total_tokens",
+            "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+        }  # fmt: skip
+        assert d["profile"] == "compatible"  # the simulator's host is named by no profile
         assert all({"seq", "offset_us", "event", "data"} <= set(e) for e in d["events"])
         if model in tape.texts:  # what the SDK client showed is what we stored
             assert d["output_text"] == tape.texts[model]

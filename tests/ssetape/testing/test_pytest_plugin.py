@@ -364,3 +364,45 @@ def test_recording_runs_the_ssetape_it_is_pointed_at(
         passed=1
     )
     assert not log.exists()  # replaying started no ssetape
+
+
+def test_the_marker_names_provider_profiles(
+    pytester: pytest.Pytester, confdir_args: list[str], tmp_path: Path
+) -> None:
+    """profiles={host: name} reaches the recording proxy and the replay's import; a name no
+    profile has is the test's error, in one line."""
+    from ssetape.cassettes.cassette import Cassette
+    from ssetape.storage.store import Store
+
+    with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        pytester.makepyfile(
+            test_profiles=f"""
+import openai, pytest
+
+UPSTREAM = {sim.url!r}
+
+def ask(ssetape):
+    client = openai.OpenAI(base_url=ssetape.base_url(UPSTREAM + "/v1"), api_key="k", max_retries=0)
+    return list(client.responses.create(model="sim-resp", input="hi", stream=True))
+
+@pytest.mark.ssetape("seed.jsonl", profiles={{"127.0.0.1": "seed"}})
+def test_seed(ssetape):
+    assert ask(ssetape)[-1].type == "response.completed"
+
+@pytest.mark.ssetape("typo.jsonl", profiles={{"127.0.0.1": "sead"}})
+def test_typo(ssetape):
+    pass
+"""
+        )
+        result = pytester.runpytest("--ssetape-record-mode=once", *confdir_args)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*profiles=...*unknown profile 'sead'*"])
+    cassette = pytester.path / "seed.jsonl"
+    for profiles, want in (({"127.0.0.1": "seed"}, "seed"), (None, "compatible")):
+        store = Store.open(str(tmp_path / f"{want}.db"))
+        Cassette(cassette).import_into(store, profiles=profiles)
+        (x,) = store.exchanges()
+        assert (x.profile, x.outcome) == (want, "completed")
+        store.close()
+    result = pytester.runpytest("-k", "seed", *confdir_args)  # replayed offline
+    result.assert_outcomes(passed=1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ssetape.analysis.api_rules import ApiRules
-from ssetape.analysis.rules.payload import as_dict, as_str, openai_body_head
+from ssetape.analysis.rules.payload import as_dict, as_str, openai_body_head, openai_usage
 from ssetape.analysis.tally import Tally
 from ssetape.vocabulary import Outcome
 
@@ -29,8 +29,10 @@ _CONTENT_KEYS = ("content", "refusal", "reasoning", "reasoning_content", "tool_c
 
 
 def event(tally: Tally, seq: int, name: str | None, chunk: dict[str, Any]) -> bool:
-    if name is not None:
-        tally.unknown(seq, name)  # chat chunks carry no event names
+    # Chat chunks carry no event names, but a failure may come as ``event: error`` with an
+    # error object (Groq does; the openai SDK raises on any chunk that holds "error").
+    if name is not None and not (name == "error" and tally.profile.chat_error_event):
+        tally.unknown(seq, name)
     return chat_chunk(tally, chunk) if chunk else False
 
 
@@ -39,11 +41,7 @@ def chat_chunk(tally: Tally, chunk: dict[str, Any]) -> bool:
     rare and their choices interleave, so one answer is what the fields can describe."""
     if tally.model is None:
         tally.set_model(chunk.get("model"))
-    usage = chunk.get("usage")
-    if isinstance(usage, dict):
-        tally.usage(
-            usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
-        )
+    openai_usage(tally, chunk.get("usage"))
     content = False
     finish: object = None
     choices = chunk.get("choices")

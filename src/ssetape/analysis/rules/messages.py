@@ -35,18 +35,24 @@ _STOP = {
     "end_turn": Outcome.COMPLETED,
     "tool_use": Outcome.COMPLETED,
     "stop_sequence": Outcome.COMPLETED,
-    "pause_turn": Outcome.COMPLETED,
+    # The server paused a long turn (server tools); the client sends it back to continue.
+    "pause_turn": Outcome.INCOMPLETE,
     "max_tokens": Outcome.INCOMPLETE,
     "model_context_window_exceeded": Outcome.INCOMPLETE,
     "refusal": Outcome.REFUSED,
 }
-# delta type -> (field holding the value, where it goes); signature_delta carries no content.
+# delta type -> (field holding the value, where it goes); a signature or a citation is no
+# content. Which types a provider sends is its profile's ``messages_deltas``.
 _DELTAS = {
     "text_delta": ("text", "text"),
     "thinking_delta": ("thinking", "reasoning"),
     "input_json_delta": ("partial_json", "tool"),
     "signature_delta": ("signature", ""),
+    "citations_delta": ("citation", ""),
 }
+# Blocks whose input the provider runs itself (server tools: web search, code execution,
+# tool search, web fetch; MCP connectors): the model wrote it, but the client owes no answer.
+_SERVER_USE = frozenset({"server_tool_use", "mcp_tool_use"})
 
 
 def _block_key(ev: dict[str, Any]) -> tuple[str, int]:
@@ -58,7 +64,7 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
     if kind == "content_block_delta":
         delta = as_dict(ev.get("delta"))
         dtype = as_str(delta.get("type"))
-        if dtype not in _DELTAS:
+        if dtype not in _DELTAS or dtype not in tally.profile.messages_deltas:
             tally.unknown(seq, f"content_block_delta {dtype or '(no type)'}")
             return False
         key, target = _DELTAS[dtype]
@@ -69,15 +75,17 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
             tally.text.append(value)
         elif target == "reasoning":
             tally.reasoning.append(value)
-        else:
+        elif _block_key(ev) not in tally.server_blocks:
             tally.tool(_block_key(ev)).parts.append(value)
         return True
     if kind == "message_start":
         message = as_dict(ev.get("message"))
         tally.set_model(message.get("model"))
-        # Only the input count: message_start's output_tokens is a placeholder, and cache
-        # reads/writes are reported apart from input_tokens and not added to it.
-        tally.usage(as_dict(message.get("usage")).get("input_tokens"), None, None)
+        # Only the input count: message_start's output_tokens is a placeholder. Cache reads
+        # and writes are reported apart from input_tokens and not added to it.
+        usage = as_dict(message.get("usage"))
+        tally.usage(usage.get("input_tokens"), None, None)
+        _cache(tally, usage)
     elif kind == "content_block_start":
         _block_start(tally, ev)
     elif kind == "message_delta":
@@ -87,6 +95,7 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
         usage = as_dict(ev.get("usage"))
         # Cumulative counts: the last one is the total.
         tally.usage(usage.get("input_tokens"), usage.get("output_tokens"), None)
+        _cache(tally, usage)
     elif kind == "message_stop":
         _stop(tally, tally.stop_reason)
     elif kind == "error":
@@ -95,6 +104,13 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
     elif kind not in MESSAGES_EVENTS:
         tally.unknown(seq, str(kind))
     return False
+
+
+def _cache(tally: Tally, usage: dict[str, Any]) -> None:
+    tally.usage_details(
+        cache_read=usage.get("cache_read_input_tokens"),
+        cache_write=usage.get("cache_creation_input_tokens"),
+    )
 
 
 def _block_start(tally: Tally, ev: dict[str, Any]) -> None:
@@ -110,6 +126,8 @@ def _block_start(tally: Tally, ev: dict[str, Any]) -> None:
         entry.id, entry.name = as_str(block.get("id")), as_str(block.get("name"))
         if isinstance(block.get("input"), dict) and block["input"]:
             entry.final = orjson.dumps(block["input"]).decode()
+    elif kind in _SERVER_USE:
+        tally.server_blocks.add(_block_key(ev))
 
 
 def _stop(tally: Tally, stop: str | None) -> None:
@@ -131,6 +149,7 @@ def body(tally: Tally, obj: dict[str, Any]) -> None:
     tally.set_model(obj.get("model"))
     usage = as_dict(obj.get("usage"))
     tally.usage(usage.get("input_tokens"), usage.get("output_tokens"), None)
+    _cache(tally, usage)
     blocks = obj.get("content")
     for i, block in enumerate(blocks if isinstance(blocks, list) else ()):
         block = as_dict(block)

@@ -1,10 +1,12 @@
-"""Rules of the OpenAI Responses API, as the gateway ssetape was first built for states them.
+"""Rules of the OpenAI Responses API, under the profile of the exchange's provider.
 
-That gateway's "Stream events" document lists every event a stream can send, in order: exactly
-one terminal (``response.completed``, ``.failed``, ``.incomplete``, or ``error`` with code
-``response_unresolved``) ends it and nothing follows; unknown names are informational. It also
-lists "Events that never arrive": declared by the Open Responses schema, never sent by it;
-those get a ``never_arrives`` finding.
+A stream is typed events ending in one terminal: ``response.completed``, ``.failed``,
+``.incomplete``, or ``error``. What else a provider sends differs (see
+:mod:`ssetape.analysis.profiles`): OpenAI's vocabulary is its SDK's ``ResponseStreamEvent``
+union and it follows ``error`` with ``response.failed``; the seed gateway's is the list of its
+"Stream events" document, its ``error`` (code ``response_unresolved``) is the terminal, and
+the events it says never arrive get a ``never_arrives`` finding. Unknown names are
+informational: one ``unknown_event`` finding each.
 """
 
 from __future__ import annotations
@@ -13,59 +15,58 @@ from typing import Any
 
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.findings import FindingCode
-from ssetape.analysis.rules.payload import as_dict, as_str, openai_body_head
+from ssetape.analysis.profiles import SEED_NEVER_SENT, SEED_RESPONSES_EVENTS
+from ssetape.analysis.rules.payload import as_dict, as_str, openai_body_head, openai_usage
 from ssetape.analysis.tally import Tally
 from ssetape.vocabulary import Outcome
 
 __all__ = ["NEVER_ARRIVES", "RESPONSES_EVENTS", "RULES"]
 
-# fmt: off
-RESPONSES_EVENTS = frozenset({
-    "response.created", "response.in_progress", "response.output_item.added",
-    "response.content_part.added", "response.output_text.delta", "response.output_text.done",
-    "response.refusal.delta", "response.refusal.done", "response.function_call_arguments.delta",
-    "response.function_call_arguments.done", "response.reasoning_text.delta",
-    "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
-    "response.completed", "response.failed", "response.incomplete", "error",
-})
-# fmt: on
-# "Events that never arrive" (the gateway's stream events document): what to read instead.
-NEVER_ARRIVES = {
-    "response.queued": "Streams open with response.created and response.in_progress; "
-    "read response.created as the start.",
-    "response.output_text.annotation.added": "Output text is not annotated here; "
-    "annotations on a text part is always empty.",
-    "response.reasoning_summary_part.added": "Reasoning is not summarized; "
-    "the reasoning item opens with response.output_item.added.",
-    "response.reasoning_summary_part.done": "Reasoning is not summarized; "
-    "the reasoning item closes with response.output_item.done.",
-    "response.reasoning_summary_text.delta": "Reasoning is not summarized; "
-    "the reasoning streams on response.reasoning_text.delta.",
-    "response.reasoning_summary_text.done": "Reasoning is not summarized; "
-    "the complete reasoning arrives on response.reasoning_text.done.",
-}
+# The seed gateway's (kept under these names for the tests and tools that import them).
+RESPONSES_EVENTS = SEED_RESPONSES_EVENTS
+NEVER_ARRIVES = SEED_NEVER_SENT
+# Deltas of what the model writes besides text, refusal, reasoning and function arguments:
+# tool input and audio. They are output, so they count for TTFT and the gaps.
+_OUTPUT_DELTAS = frozenset(
+    {
+        "response.mcp_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
+        "response.custom_tool_call_input.delta",
+        "response.audio.delta",
+        "response.audio.transcript.delta",
+    }
+)
 _TERMINALS = ("response.completed", "response.incomplete", "response.failed")
 
 
 def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
     assert kind is not None  # typed events: the analyzer gives the type
+    never = tally.profile.never_sent.get(kind)
+    if never is not None:
+        # Said never to come, yet here: flagged, and still read for what it carries.
+        tally.add(FindingCode.NEVER_ARRIVES, seq, f"{kind} never arrives. {never}")
     if kind.endswith(".delta"):
         delta = as_str(ev.get("delta"))
         if kind == "response.output_text.delta":
             target = tally.text
         elif kind == "response.refusal.delta":
             target, tally.refusal_seen = tally.refusal, True
-        elif kind == "response.reasoning_text.delta":
+        elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            # A summary is the reasoning a client is shown: what OpenAI streams instead.
             target = tally.reasoning
         elif kind == "response.function_call_arguments.delta":
             target = tally.tool(("item", as_str(ev.get("item_id")))).parts
         else:
-            return _other(tally, seq, kind)
+            _other(tally, seq, kind, never is not None)
+            return bool(delta) and kind in _OUTPUT_DELTAS
         if delta:
             target.append(delta)
         return bool(delta)
-    if kind in ("response.created", "response.in_progress"):
+    if kind in ("response.created", "response.in_progress", "response.queued"):
         tally.set_model(as_dict(ev.get("response")).get("model"))
+    elif kind == "response.reasoning_summary_part.added":
+        if tally.reasoning:
+            tally.reasoning.append("\n\n")  # summary parts are paragraphs
     elif kind in ("response.output_item.added", "response.output_item.done"):
         item = as_dict(ev.get("item"))
         if item.get("type") == "function_call":
@@ -92,19 +93,22 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
         err = {"code": ev.get("code"), "message": ev.get("message")} if top else ev.get("error")
         code = tally.error_reason(err)
         unresolved = code == "response_unresolved"
-        tally.end(Outcome.UNRESOLVED if unresolved else Outcome.ERROR, code or "error")
+        _end(tally, Outcome.UNRESOLVED if unresolved else Outcome.ERROR, code or "error")
+        if tally.profile.error_then_failed:
+            tally.follow = frozenset({"response.failed"})
     else:
-        _other(tally, seq, kind)
+        _other(tally, seq, kind, never is not None)
     return False
 
 
-def _other(tally: Tally, seq: int, kind: str) -> bool:
-    if kind in NEVER_ARRIVES:
-        detail = f"{kind} never arrives. {NEVER_ARRIVES[kind]}"
-        tally.add(FindingCode.NEVER_ARRIVES, seq, detail)
-    elif kind not in RESPONSES_EVENTS:
+def _other(tally: Tally, seq: int, kind: str, flagged: bool) -> None:
+    if not flagged and kind not in tally.profile.responses_events:
         tally.unknown(seq, kind)
-    return False
+
+
+def _end(tally: Tally, outcome: str, reason: str) -> None:
+    # A provider that closes its Responses streams with [DONE] (OpenRouter) may send one more.
+    tally.end(outcome, reason, done_ok=tally.profile.responses_done)
 
 
 def _function_call(tally: Tally, item: dict[str, Any], done: bool) -> None:
@@ -118,23 +122,21 @@ def _function_call(tally: Tally, item: dict[str, Any], done: bool) -> None:
 
 def _terminal(tally: Tally, kind: str, response: dict[str, Any]) -> None:
     tally.set_model(response.get("model"))
-    usage = response.get("usage")
-    if isinstance(usage, dict):
-        tally.usage(
-            usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
-        )
+    openai_usage(tally, response.get("usage"))
     if kind == "response.completed":
         if tally.refusal_seen:
-            tally.end(Outcome.REFUSED, "refusal")
+            _end(tally, Outcome.REFUSED, "refusal")
         else:
-            tally.end(Outcome.COMPLETED, "completed")
+            _end(tally, Outcome.COMPLETED, "completed")
     elif kind == "response.incomplete":
         details = as_dict(response.get("incomplete_details"))
-        tally.end(Outcome.INCOMPLETE, as_str(details.get("reason")) or "incomplete")
+        _end(tally, Outcome.INCOMPLETE, as_str(details.get("reason")) or "incomplete")
     else:
         # reason is error.code; the message only stands in when there is no code.
         err = as_dict(response.get("error"))
-        tally.end(Outcome.ERROR, as_str(err.get("code")) or as_str(err.get("message")) or "failed")
+        _end(
+            tally, Outcome.ERROR, as_str(err.get("code")) or as_str(err.get("message")) or "failed"
+        )
 
 
 def body(tally: Tally, obj: dict[str, Any]) -> None:
@@ -146,6 +148,14 @@ def body(tally: Tally, obj: dict[str, Any]) -> None:
         item = as_dict(item)
         if item.get("type") == "function_call":
             _function_call(tally, item, done=True)
+        elif item.get("type") == "reasoning" and not item.get("content"):
+            summary = item.get("summary")
+            texts = (
+                [as_str(as_dict(p).get("text")) for p in summary]
+                if isinstance(summary, list)
+                else []
+            )
+            tally.reasoning.append("\n\n".join(t for t in texts if t))
         parts = item.get("content")
         for part in parts if isinstance(parts, list) else ():
             part = as_dict(part)

@@ -93,7 +93,9 @@ def test_messages_context_window_and_other_stop_reasons() -> None:
         )
 
     assert stop("model_context_window_exceeded").outcome == "incomplete"
-    for reason in ("stop_sequence", "pause_turn", "end_turn", "tool_use"):
+    # A paused turn is resumed by sending it back: the answer is not whole yet.
+    assert (stop("pause_turn").outcome, stop("pause_turn").reason) == ("incomplete", "pause_turn")
+    for reason in ("stop_sequence", "end_turn", "tool_use"):
         assert (stop(reason).outcome, stop(reason).reason) == ("completed", reason)
 
 
@@ -170,13 +172,20 @@ def test_messages_mid_stream_error() -> None:
 
 
 def test_messages_unknown_delta_type() -> None:
-    a = run(
-        MESSAGES,
-        [
-            ("message_start", {"message": {}}),
-            ("content_block_delta", {"index": 0, "delta": {"type": "citations_delta"}}),
-            ("message_stop", {}),
-        ],
-    )
+    def deltas(dtype: str, profile: str) -> Analysis:
+        return run(
+            MESSAGES,
+            [
+                ("message_start", {"message": {}}),
+                ("content_block_delta", {"index": 0, "delta": {"type": dtype}}),
+                ("message_stop", {}),
+            ],
+            profile=profile,
+        )
+
+    # The seed gateway names four delta types; Anthropic also sends citations_delta.
+    a = deltas("citations_delta", "seed")
     assert a.outcome == "completed"
     assert [(f.code, f.event_seq) for f in a.findings] == [("unknown_event", 1)]
+    assert deltas("citations_delta", "anthropic").findings == []
+    assert [f.code for f in deltas("surprise_delta", "anthropic").findings] == ["unknown_event"]

@@ -140,16 +140,17 @@ def test_responses_reasoning() -> None:
 
 @pytest.mark.parametrize("name", sorted(NEVER_ARRIVES))
 def test_events_that_never_arrive(name: str) -> None:
-    a = run(
-        RESPONSES,
-        [
-            ("response.created", {"response": {"model": "m"}}),
-            (name, {"type": name}),
-            ("response.completed", {"response": {}}),
-        ],
-    )
+    events: list[tuple[str | None, Any]] = [
+        ("response.created", {"response": {"model": "m"}}),
+        (name, {"type": name}),
+        ("response.completed", {"response": {}}),
+    ]
+    a = run(RESPONSES, events, profile="seed")
     assert a.outcome == "completed"
     assert a.findings == [Finding("never_arrives", 1, a.findings[0].detail)]
+    # OpenAI documents and sends every one of them (background mode, citations, summaries).
+    for profile in ("openai", "openrouter", "compatible"):
+        assert run(RESPONSES, events, profile=profile).findings == []
     expected = {
         "response.queued": "response.created",
         "response.output_text.annotation.added": "annotations",

@@ -1,0 +1,204 @@
+"""Rule sets per provider: what each one sends, so findings are as true as the outcome.
+
+The same API is spoken differently by different hosts. The gateway ssetape was first built
+for documents a narrow Responses vocabulary and lists events it never sends; OpenAI itself
+sends all of those (background mode, web-search citations, reasoning summaries), follows an
+``error`` event with ``response.failed``, and OpenRouter ends Responses streams with
+``data: [DONE]``. A finding that is false for a provider teaches its reader to ignore findings,
+so each exchange is read under the profile of its host (:func:`profile_for`), which a user can
+override per host (``--profile HOST=NAME``, ``ssetape_profile``, the pytest marker).
+
+Adding a provider is one :class:`Profile` in :data:`PROFILES` (and its hosts); the rule modules
+read only the profile's fields, never its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "PROFILES",
+    "Profile",
+    "override_for",
+    "parse_profile_overrides",
+    "profile_for",
+    "profile_names",
+    "profile_or_none",
+]
+
+# The Responses stream events of the official openai SDK's ``ResponseStreamEvent`` union
+# (openai-python ``types/responses/response_stream_event.py``): OpenAI's documented vocabulary.
+# fmt: off
+OPENAI_RESPONSES_EVENTS = frozenset({
+    "error", "response.audio.delta", "response.audio.done", "response.audio.transcript.delta",
+    "response.audio.transcript.done", "response.code_interpreter_call.completed",
+    "response.code_interpreter_call.in_progress", "response.code_interpreter_call.interpreting",
+    "response.code_interpreter_call_code.delta", "response.code_interpreter_call_code.done",
+    "response.completed", "response.content_part.added", "response.content_part.done",
+    "response.created", "response.custom_tool_call_input.delta",
+    "response.custom_tool_call_input.done", "response.failed",
+    "response.file_search_call.completed", "response.file_search_call.in_progress",
+    "response.file_search_call.searching", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.image_generation_call.completed",
+    "response.image_generation_call.generating", "response.image_generation_call.in_progress",
+    "response.image_generation_call.partial_image", "response.in_progress",
+    "response.incomplete", "response.mcp_call.completed", "response.mcp_call.failed",
+    "response.mcp_call.in_progress", "response.mcp_call_arguments.delta",
+    "response.mcp_call_arguments.done", "response.mcp_list_tools.completed",
+    "response.mcp_list_tools.failed", "response.mcp_list_tools.in_progress",
+    "response.output_item.added", "response.output_item.done",
+    "response.output_text.annotation.added", "response.output_text.delta",
+    "response.output_text.done", "response.queued", "response.reasoning_summary_part.added",
+    "response.reasoning_summary_part.done", "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_text.done", "response.reasoning_text.delta",
+    "response.reasoning_text.done", "response.refusal.delta", "response.refusal.done",
+    "response.web_search_call.completed", "response.web_search_call.in_progress",
+    "response.web_search_call.searching",
+})
+# The seed gateway's "Stream events" document, as written.
+SEED_RESPONSES_EVENTS = frozenset({
+    "response.created", "response.in_progress", "response.output_item.added",
+    "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+    "response.refusal.delta", "response.refusal.done", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.reasoning_text.delta",
+    "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+    "response.completed", "response.failed", "response.incomplete", "error",
+})
+# fmt: on
+# The seed gateway's "Events that never arrive": what to read instead.
+SEED_NEVER_SENT = MappingProxyType(
+    {
+        "response.queued": "Streams open with response.created and response.in_progress; "
+        "read response.created as the start.",
+        "response.output_text.annotation.added": "Output text is not annotated here; "
+        "annotations on a text part is always empty.",
+        "response.reasoning_summary_part.added": "Reasoning is not summarized; "
+        "the reasoning item opens with response.output_item.added.",
+        "response.reasoning_summary_part.done": "Reasoning is not summarized; "
+        "the reasoning item closes with response.output_item.done.",
+        "response.reasoning_summary_text.delta": "Reasoning is not summarized; "
+        "the reasoning streams on response.reasoning_text.delta.",
+        "response.reasoning_summary_text.done": "Reasoning is not summarized; "
+        "the complete reasoning arrives on response.reasoning_text.done.",
+    }
+)
+# Anthropic's content_block_delta types (the anthropic SDK's ``RawContentBlockDelta``) and the
+# seed gateway's subset.
+ANTHROPIC_DELTAS = frozenset(
+    {"text_delta", "input_json_delta", "citations_delta", "thinking_delta", "signature_delta"}
+)
+SEED_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "signature_delta"})
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """What one provider sends; the rule modules read these fields."""
+
+    name: str
+    # Who it is for, as the README's table says it.
+    provider: str
+    # Hosts chosen by default: an exact name, or a suffix starting with "." (a whole domain).
+    hosts: tuple[str, ...] = ()
+    responses_events: frozenset[str] = OPENAI_RESPONSES_EVENTS
+    # Events the provider declares but never sends: a finding with what to read instead.
+    never_sent: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # An ``error`` event is followed by ``response.failed`` (OpenAI); else it is the terminal.
+    error_then_failed: bool = True
+    # ``data: [DONE]`` may close a Responses stream after its terminal (OpenRouter).
+    responses_done: bool = False
+    # ``event: error`` carries a chat stream's failure (Groq; the openai SDK raises on it).
+    chat_error_event: bool = True
+    messages_deltas: frozenset[str] = ANTHROPIC_DELTAS
+
+
+PROFILES: Mapping[str, Profile] = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            Profile(
+                "openai",
+                "OpenAI and Azure OpenAI",
+                hosts=("api.openai.com", ".openai.azure.com", ".cognitiveservices.azure.com"),
+            ),
+            Profile("anthropic", "Anthropic", hosts=("api.anthropic.com",)),
+            Profile("openrouter", "OpenRouter", hosts=("openrouter.ai",), responses_done=True),
+            Profile(
+                "compatible",
+                "OpenAI-compatible providers (Groq, DeepSeek, Together, Fireworks, vLLM, "
+                "Ollama) and any host no profile names",
+                hosts=("api.groq.com", "api.deepseek.com", "api.together.xyz", "api.fireworks.ai"),
+                responses_done=True,
+            ),
+            Profile(
+                "seed",
+                "The gateway of the seed documents, strictly as they are written",
+                responses_events=SEED_RESPONSES_EVENTS,
+                never_sent=SEED_NEVER_SENT,
+                error_then_failed=False,
+                chat_error_event=False,
+                messages_deltas=SEED_DELTAS,
+            ),
+        )
+    }
+)
+# A host nothing names is read leniently: the vendors' whole vocabularies, their framing quirks
+# tolerated, so an unknown gateway gets findings only for what no provider does.
+DEFAULT_PROFILE = "compatible"
+
+
+def profile_names() -> list[str]:
+    return list(PROFILES)
+
+
+def profile_for(host: str | None, overrides: Mapping[str, str] | None = None) -> Profile:
+    """The profile of a host: the user's override, else the profile naming it, else the default."""
+    found = override_for(host, overrides or {})
+    if found is not None:
+        return found
+    name = _match(_host(host), ((h, p.name) for p in PROFILES.values() for h in p.hosts))
+    return PROFILES[name or DEFAULT_PROFILE]
+
+
+def override_for(host: str | None, overrides: Mapping[str, str]) -> Profile | None:
+    """The profile the user named for a host, if any. Keys take the forms of
+    :attr:`Profile.hosts` (``.example.com``: a whole domain); the longest match wins."""
+    name = _match(_host(host), overrides.items()) if overrides else None
+    return None if name is None else PROFILES[name]
+
+
+def _host(host: str | None) -> str:
+    return (host or "").lower().rstrip(".")
+
+
+def profile_or_none(name: object) -> Profile | None:
+    """A stored or sent profile name, if this version knows it (a newer one may not)."""
+    return PROFILES.get(name) if isinstance(name, str) else None
+
+
+def _match(host: str, pairs: Iterable[tuple[str, str]]) -> str | None:
+    best: tuple[int, str] | None = None
+    for pattern, name in pairs:
+        pattern = pattern.lower()
+        hit = host == pattern.lstrip(".") or (pattern.startswith(".") and host.endswith(pattern))
+        if hit and (best is None or len(pattern) > best[0]):
+            best = (len(pattern), name)
+    return None if best is None else best[1]
+
+
+def parse_profile_overrides(values: Iterable[str]) -> dict[str, str]:
+    """``HOST=NAME`` strings into a mapping; raises ValueError naming what is wrong."""
+    out: dict[str, str] = {}
+    for value in values:
+        host, sep, name = value.partition("=")
+        host, name = host.strip().lower(), name.strip()
+        if not sep or not host or not name:
+            raise ValueError(f"profile {value!r}: expected HOST=NAME")
+        if name not in PROFILES:
+            raise ValueError(
+                f"profile {value!r}: unknown profile {name!r} (one of {', '.join(PROFILES)})"
+            )
+        out[host] = name
+    return out

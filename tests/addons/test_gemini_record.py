@@ -1,0 +1,67 @@
+"""Gemini through `ssetape record` and `ssetape replay`: the SSE form (``alt=sse``, what the
+google-genai SDK asks for) and the JSON array streamed over chunked ``application/json``, both
+relayed piece by piece as they arrive, stored with their timing, replayed byte for byte."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+import orjson
+import pytest
+
+from ssetape.simulator.simulator import Simulator
+from ssetape.storage.store import Store
+from tests.conftest import Proc
+
+BODY = orjson.dumps({"contents": [{"role": "user", "parts": [{"text": "Tell me about tapes"}]}]})
+
+
+def path(model: str, sse: bool) -> str:
+    return f"/v1beta/models/{model}:streamGenerateContent" + ("?alt=sse" if sse else "")
+
+
+def timed(client: httpx.Client, url: str) -> tuple[bytes, float, float, str]:
+    """The body as it came, when its first and last pieces arrived, and its content type."""
+    t0 = time.perf_counter()
+    pieces, first = [], 0.0
+    with client.stream(
+        "POST", url, content=BODY, headers={"content-type": "application/json"}
+    ) as r:
+        assert r.status_code == 200
+        for piece in r.iter_raw():
+            first = first or time.perf_counter() - t0
+            pieces.append(piece)
+        return b"".join(pieces), first, time.perf_counter() - t0, r.headers["content-type"]
+
+
+@pytest.mark.parametrize("sse", [True, False], ids=["alt=sse", "json-array"])
+def test_gemini_streams_record_and_replay_with_their_timing(
+    sim: Simulator, ssetape_proc: Callable[..., Proc], sse: bool
+) -> None:
+    model = "gemini-2.5-flash-sim-pause"  # a 1.5 s pause mid-answer (0.75 s at SIM_SPEED)
+    with httpx.Client(timeout=60) as client:
+        direct, *_ = timed(client, sim.url + path(model, sse))
+        rec = ssetape_proc("record", "--mode", f"reverse:{sim.url}")
+        got, first, total, ctype = timed(client, rec.url + path(model, sse))
+        assert got == direct
+        assert ctype.startswith("text/event-stream" if sse else "application/json")
+        # Relayed as it came: the first piece long before the pause ended.
+        assert total - first > 0.5
+        assert rec.stop() == 0
+        store = Store.open(rec.db, create=False)
+        try:
+            (x,) = store.exchanges()
+            assert x.is_stream and (x.api, x.model, x.outcome) == (
+                "gemini", "gemini-2.5-flash-sim-pause", "completed"
+            )  # fmt: skip
+            assert x.output_text and x.output_tokens and x.ttft_us
+            offsets = [e.offset_us for e in store.events(x.id)]
+            assert len(offsets) > 3 and offsets[-1] - offsets[0] > 500_000
+        finally:
+            store.close()
+        replay = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", db=rec.db)
+        again, first_again, total_again, _ = timed(client, replay.url + path(model, sse))
+        assert again == direct
+        assert total_again - first_again > 0.5  # the pause is replayed
