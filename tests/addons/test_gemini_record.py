@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import orjson
@@ -65,3 +66,42 @@ def test_gemini_streams_record_and_replay_with_their_timing(
         again, first_again, total_again, _ = timed(client, replay.url + path(model, sse))
         assert again == direct
         assert total_again - first_again > 0.5  # the pause is replayed
+
+
+def test_the_google_genai_sdk_records_and_replays_without_its_key(
+    sim: Simulator, ssetape_proc: Callable[..., Proc]
+) -> None:
+    """The official SDK (it asks for ``alt=sse`` and sends its key in ``x-goog-api-key``)
+    reads the same answer live, through the recorder and from the replay; the key is never
+    stored."""
+    from google import genai
+    from google.genai import types
+
+    key = "AIzaSy-SSETAPE-TEST-KEY-1234567890"
+
+    def ask(base_url: str) -> tuple[str, str, int | None]:
+        client = genai.Client(api_key=key, http_options=types.HttpOptions(base_url=base_url))
+        chunks = list(
+            client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
+        )
+        last = chunks[-1]
+        assert last.candidates and last.usage_metadata
+        text = "".join(c.text or "" for c in chunks)
+        return text, str(last.candidates[0].finish_reason), last.usage_metadata.total_token_count
+
+    direct = ask(sim.url)
+    rec = ssetape_proc("record", "--mode", f"reverse:{sim.url}")
+    assert ask(rec.url) == direct
+    assert rec.stop() == 0
+    store = Store.open(rec.db, create=False)
+    try:
+        (x,) = store.exchanges()
+        assert (x.api, x.outcome, x.output_text) == ("gemini", "completed", direct[0])
+        assert "alt=sse" in (x.query or "")
+    finally:
+        store.close()
+    db = Path(rec.db)
+    for path in db.parent.glob(db.name + "*"):  # the WAL too, if any is left
+        assert key.encode() not in path.read_bytes(), path
+    replay = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", db=rec.db)
+    assert ask(replay.url) == direct

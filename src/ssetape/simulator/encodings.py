@@ -7,12 +7,11 @@ server that streams compressed SSE must do. The registry is where an encoding is
 
 from __future__ import annotations
 
+import importlib
 import sys
 import zlib
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
-
-import brotli
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -43,7 +42,9 @@ class _Gzip:
 
 class _Brotli:
     def __init__(self) -> None:
-        self._co: Any = brotli.Compressor()
+        # Imported when a br stream is asked for: brotli comes with mitmproxy, which a test
+        # environment replaying in process may not have (see ssetape.testing.requirements).
+        self._co: Any = importlib.import_module("brotli").Compressor()
 
     def chunk(self, data: bytes) -> bytes:
         return bytes(self._co.process(data) + self._co.flush())

@@ -14,10 +14,12 @@ when the test ends, under a per-cassette lock and by atomic replace, so parallel
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -184,15 +186,23 @@ class TapeSession:
     @property
     def ca_file(self) -> str:
         """mitmproxy's CA certificate: trust it for HTTPS through ``proxy_url``."""
-        # Only here: replaying through ``base_url`` needs no mitmproxy at all (issue 15's
-        # test environments may not have it).
-        from mitmproxy.certs import CertStore
-
         pem = self.confdir / "mitmproxy-ca-cert.pem"
         if not pem.exists():
             # Parallel workers creating one CA at once could pair a key with another's cert.
             with cassette_lock(self.confdir / "ca", self.lock_dir):
-                CertStore.from_store(self.confdir, "mitmproxy", 2048)
+                if importlib.util.find_spec("mitmproxy") is not None:
+                    from mitmproxy.certs import CertStore
+
+                    CertStore.from_store(self.confdir, "mitmproxy", 2048)
+                else:
+                    # A test environment without mitmproxy (replay needs none): the ssetape
+                    # that records makes it, as its proxies will use it.
+                    subprocess.run(
+                        [*self.command, "ca", "--confdir", str(self.confdir)],
+                        check=True,
+                        stdout=subprocess.DEVNULL,
+                        timeout=60,
+                    )
         return str(pem)
 
     @property
