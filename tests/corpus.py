@@ -11,13 +11,14 @@ import contextlib
 import gzip
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from tests.upstreams import read_request, serving
 
 CORPUS = Path(__file__).parent / "data" / "real_streams"
 PICK = "x-corpus-stream"  # the request header naming the stream to serve
@@ -92,43 +93,15 @@ def _answer(conn: socket.socket, stream: RealStream) -> bool:
 def corpus_upstream() -> Iterator[str]:
     """An HTTP/1.1 upstream answering each request with the stream its ``PICK`` header names
     (chunked, piece by piece); yields its URL."""
-    server = socket.create_server(("127.0.0.1", 0))
 
     def serve(conn: socket.socket) -> None:
         # Keep-alive, as the providers do: the proxy reuses its upstream connections.
         buffered = b""
         with conn:
-            while True:
-                while b"\r\n\r\n" not in buffered:
-                    got = conn.recv(65536)
-                    if not got:
-                        return
-                    buffered += got
-                head, _, buffered = buffered.partition(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")[1:]
-                fields = {
-                    k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)
-                }
-                length = int(fields.get("content-length", "0"))
-                while len(buffered) < length:
-                    got = conn.recv(65536)
-                    if not got:
-                        return
-                    buffered += got
-                buffered = buffered[length:]
+            while (request := read_request(conn, buffered)) is not None:
+                fields, buffered = request
                 if not _answer(conn, by_name(fields.get(PICK, ""))):
                     return
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        server.close()
+    with serving(serve) as url:
+        yield url
