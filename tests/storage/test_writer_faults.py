@@ -159,9 +159,8 @@ def test_a_deleted_store_file_is_detected_counted_and_started_afresh(
     tmp_path: Path, exchange_fields: Fields, event_rows: Rows, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "tape.db"
-    Store.open(str(db)).close()
     caplog.set_level(logging.INFO, logger="ssetape.storage")
-    store, writer = writer_for(str(db))
+    store, writer = writer_for(str(db))  # migrates the fresh file first
     writer.begin(uid(1), **exchange_fields())
     writer.add_events(uid(1), event_rows(0, 10))
     writer.finish(uid(1), state="completed")
@@ -210,9 +209,8 @@ def test_a_store_made_read_only_for_a_while_is_written_again_afterwards(
     tmp_path: Path, exchange_fields: Fields, event_rows: Rows, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "tape.db"
-    Store.open(str(db)).close()
     caplog.set_level(logging.INFO, logger="ssetape.storage")
-    store, writer = writer_for(str(db))
+    store, writer = writer_for(str(db))  # migrates the fresh file first
     writer.begin(uid(1), **exchange_fields())
     writer.add_events(uid(1), event_rows(0, 10))
     assert writer.flush()
