@@ -46,7 +46,11 @@ from ssetape.vocabulary import ExchangeState
 log = logging.getLogger("ssetape.storage")
 
 STALE_AFTER = 120.0  # seconds without a heartbeat before another host's recorder is gone
-INTERRUPTED = "recorder gone before the exchange ended (crash or kill)"
+# Also what a clean stop leaves when the store did not answer in time to take the ends.
+INTERRUPTED = (
+    "recorder gone before the exchange was stored whole (a crash, a kill, or a store that did "
+    "not answer at stop)"
+)
 _RUNS = cast(Table, RecorderRun.__table__)
 _COUNTERS = (
     "exchanges_recorded",

@@ -88,6 +88,9 @@ class RequestIndex:
         self._entries: list[_Entry] = []
         self._served: dict[str, int] = {}
         self._indexed: set[int] = set()
+        # Exchanges on the tape that cannot be replayed (no response stored, or a capture
+        # that lost bytes it cannot place): a miss must not call such a tape empty.
+        self._unreplayable = 0
         # Everything below this id is final and indexed; above it, rows may still be
         # recording (a slow stream begun before a fast one that finished).
         self._floor = 0
@@ -160,6 +163,7 @@ class RequestIndex:
             failed = "capture failed" in (error or "")
             faithful = not failed or gap is not None or "wire bytes are kept" in (error or "")
             if state not in REPLAYABLE_STATES or status is None or not faithful:
+                self._unreplayable += 1
                 continue
             canon = self._canonical(method, host, path, query, body)
             ids = self._by_fp.setdefault(fingerprint(canon), [])
@@ -282,6 +286,11 @@ class RequestIndex:
                 f"{d.field} (recorded {d.recorded!r}, requested {d.requested!r})" for d in diffs[:3]
             )
             msg += f"; nearest is #{best.id} {best.url}, which differs in {what}"
+        elif self._unreplayable:
+            msg += (
+                f"; the tape holds no recording that can be replayed ({self._unreplayable} "
+                "without a stored response, or not recorded whole: `ssetape list` shows them)"
+            )
         else:
             msg += "; the tape is empty"
         return Miss(f"{msg}. {self.hint}", nearest)

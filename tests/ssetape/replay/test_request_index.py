@@ -78,3 +78,25 @@ def test_secrets_masked_with_another_stores_key_still_match(tmp_path: Path) -> N
     assert isinstance(miss, Miss) and "body.q" in miss.message
     w.close()
     store.close()
+
+
+def test_a_miss_on_a_tape_of_unreplayable_recordings_does_not_call_it_empty(
+    tmp_path: Path,
+) -> None:
+    """A store that never took the responses (it stalled, the recorder stopped) leaves
+    exchanges without a status: they cannot be served, and the miss says why, not "empty"."""
+    store = Store.open(str(tmp_path / "t.db"))
+    w = Writer(store)
+    w.start()
+    begin(w, "d" * 32, b'{"q": "lost"}')
+    w.finish("d" * 32, state="interrupted")  # as the sweep leaves it; no status was stored
+    assert w.flush()
+    w.close()
+    index = RequestIndex(store, Redactor(b"k"))
+    miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "lost"}')
+    assert isinstance(miss, Miss)
+    assert "tape is empty" not in miss.message
+    assert "no recording that can be replayed (1 without a stored response" in miss.message
+    empty = RequestIndex(Store.open(str(tmp_path / "empty.db")), Redactor(b"k"))
+    assert "the tape is empty" in empty.lookup("POST", "h", "/v1/x", b"{}").message  # type: ignore[union-attr]
+    store.close()
