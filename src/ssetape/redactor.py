@@ -86,6 +86,9 @@ class Redactor:
         parsed = [tuple(f.strip().split(".")) for f in fields if f.strip()]
         self._names = frozenset(p[0] for p in parsed if len(p) == 1)
         self._paths = frozenset(p for p in parsed if len(p) > 1)
+        # Each field's member name as it stands in a body that escapes nothing: a body that
+        # holds none of them and is JSON has nothing to mask (see body()).
+        self._needles = tuple({orjson.dumps(p[-1]) for p in parsed})
 
     def mask(self, value: str | bytes) -> str:
         raw = value.encode() if isinstance(value, str) else value
@@ -123,6 +126,8 @@ class Redactor:
             return content
         if encoding.strip().lower() not in ("", "identity"):
             return self._whole(content, f"it is {encoding.strip()}-encoded")
+        if self._names_absent(content):
+            return content
         try:
             spans = [
                 (start, end)
@@ -143,6 +148,19 @@ class Redactor:
             last = end
         out += content[last:]
         return bytes(out)
+
+    def _names_absent(self, content: bytes) -> bool:
+        """Whether ``content`` is JSON that names none of the fields, found at C speed: the
+        span scanner is pure Python (milliseconds for a 50 KB body, on the proxy's loop), and
+        most bodies name no configured field. A member name can hide only behind an escape;
+        a body that orjson refuses goes to the scanner, which fails closed."""
+        if b"\\" in content or any(n in content for n in self._needles):
+            return False
+        try:
+            orjson.loads(content)
+        except orjson.JSONDecodeError:
+            return False
+        return True
 
     def _whole(self, content: bytes, why: str) -> bytes:
         """The whole body as one mask: fields to redact are configured and cannot be found."""

@@ -71,6 +71,15 @@ def test_bodies_without_matches_are_untouched() -> None:
     assert r.body(body) is body
     assert r.body(None) is None
     assert Redactor(KEY).body(b"not json") == b"not json"  # no fields: nothing to find
+    # JSON that names no field is passed as it is without the span scanner; a name that
+    # hides behind an escape, or a body that is not JSON, still goes through it.
+    big = orjson.dumps({"messages": [{"content": "x" * 50_000}], "n": [1.5] * 1000})
+    assert r.body(big) is big
+    hidden = b'{"sec\\u0072et": "sk-LEAK", "a": 1}'
+    assert b"sk-LEAK" not in (r.body(hidden) or b"")
+    assert b"sk-LEAK" not in (
+        Redactor(KEY, fields=["a.secret"]).body(b'{"a": {"secret": "sk-LEAK"}}') or b""
+    )
 
 
 @pytest.mark.parametrize(
