@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.apis import APIS, UNKNOWN, api_of_body, api_of_event, detect_api
 from ssetape.analysis.findings import Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
@@ -184,7 +185,10 @@ class Analyzer:
     ) -> Analysis:
         tally = self._tally
         extra: list[Finding] = []
-        if self._array is not None and self._array.dropped:
+        if self._array is not None and self._array.invalid:
+            detail = "The stream is not the JSON array this API streams."
+            extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
+        elif self._array is not None and self._array.dropped:
             detail = f"{self._array.dropped} array elements over the size bound were not read."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
         status = status if isinstance(status, int) and not isinstance(status, bool) else None
@@ -194,7 +198,7 @@ class Analyzer:
         http_reason = None
         if body and http_error:
             # The error body labels the failure whatever the content type claimed.
-            http_reason = _error_body_reason(body)
+            http_reason = _error_body_reason(body, APIS.get(tally.api))
         elif body and not streamed:
             # A non-streamed answer: read it into a fresh tally so finish() stays repeatable.
             tally, body_read = Tally(tally.api, self.profile), True
@@ -294,18 +298,23 @@ class Analyzer:
             model=self._request_model,
             outcome=outcome,
             reason=None,
+            profile=self.profile.name,
             findings=[Finding(FindingCode.ANALYZER_ERROR, None, _describe(exc))],
         )
 
 
-def _error_body_reason(body: bytes) -> str | None:
+def _error_body_reason(body: bytes, rules: ApiRules | None) -> str | None:
+    """The label of an HTTP error body, by the API's own reading of an error object."""
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
+    if isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]  # an error answered on a path that streams a JSON array
     if not isinstance(obj, dict):
         return None
-    return Tally.error_reason(obj.get("error")) or Tally.error_reason(obj.get("detail"))
+    read = rules.error_reason if rules is not None else Tally.error_reason
+    return read(obj.get("error")) or Tally.error_reason(obj.get("detail"))
 
 
 def _outcome(

@@ -51,3 +51,6 @@ class ApiRules:
     array_paths: tuple[str, ...] = ()
     # A whole JSON array answer (such a stream stored as a body), element by element.
     body_array: Callable[[Tally, list[object]], None] | None = None
+    # The label of an error object (an HTTP error body's "error"): code, else type, else
+    # message, unless the API names its errors otherwise (Gemini: its status).
+    error_reason: Callable[[object], str | None] = Tally.error_reason

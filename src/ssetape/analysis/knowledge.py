@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Table, bindparam, delete, insert, select, upd
 from sqlalchemy.orm import Session
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
+from ssetape.analysis.apis import streams_array
 from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
 from ssetape.storage.engine import SQLITE_BEGIN
@@ -29,15 +30,6 @@ log = logging.getLogger("ssetape.analysis.knowledge")
 ANALYSIS_VERSION = 2  # 2: provider profiles, cache and reasoning token counts
 _PAGE = 5_000
 EXCHANGES = cast(Table, Exchange.__table__)
-
-
-# The exchange columns the analysis writes: derived from the events, so never in a cassette.
-KNOWLEDGE_COLUMNS = frozenset({
-    "api", "model", "outcome", "outcome_reason", "input_tokens", "output_tokens",
-    "total_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "profile",
-    "ttft_us", "gap_median_us", "gap_p95_us", "gap_max_us", "tokens_per_s",
-    "output_text", "details", "analysis_version",
-})  # fmt: skip
 
 
 def knowledge_columns(a: Analysis) -> dict[str, Any]:
@@ -69,6 +61,8 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
     }
 
 
+# The exchange columns the analysis writes: derived from the events, so never in a cassette.
+KNOWLEDGE_COLUMNS = frozenset(knowledge_columns(Analysis("", None, "", None)))
 _UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
 
 
@@ -101,7 +95,8 @@ class Knowledge:
     ) -> None:
         """``live``: the analysis already made while recording an exchange, by uid.
         ``profiles``: HOST=NAME overrides for re-analysis; without one, an exchange keeps the
-        profile it was recorded under, else gets its host's."""
+        profile it was last read under (recorded, or a reindex's override), else gets its
+        host's."""
         self._store = store
         self._live = live
         self._profiles = profiles or {}
@@ -121,8 +116,10 @@ class Knowledge:
             method=x.method, path=x.path, request_body=x.request_body, profile=profile
         )
         ctype = content_type(x.response_headers)
-        sse = ctype is None or "event-stream" in ctype.lower()
-        if x.is_stream and sse:
+        # As the recorder stored them: events for SSE, the wire chunks otherwise; only an API
+        # whose stream is a JSON array reads those (the live analysis reads the same rows).
+        array = not (ctype or "").lower().startswith("text/event-stream") and streams_array(x.path)
+        if x.is_stream and not array:
             stmt = (
                 select(Event.seq, Event.offset_us, Event.event, Event.data)
                 .where(Event.exchange_id == x.id)
@@ -132,7 +129,6 @@ class Knowledge:
             for seq, offset_us, event, data in s.execute(stmt):
                 analyzer.feed(seq, offset_us, event, data)
         elif x.is_stream:
-            # Not SSE: its rows are the wire chunks (a JSON array in pieces, NDJSON).
             raw_stmt = (
                 select(Event.seq, Event.offset_us, Event.raw)
                 .where(Event.exchange_id == x.id)

@@ -97,9 +97,8 @@ SEED_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "si
 class Profile:
     """What one provider sends; the rule modules read these fields."""
 
+    # Who each is for is the README's table ("Providers and their profiles").
     name: str
-    # Who it is for, as the README's table says it.
-    provider: str
     # Hosts chosen by default: an exact name, or a suffix starting with "." (a whole domain).
     hosts: tuple[str, ...] = ()
     responses_events: frozenset[str] = OPENAI_RESPONSES_EVENTS
@@ -120,21 +119,19 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
         for p in (
             Profile(
                 "openai",
-                "OpenAI and Azure OpenAI",
                 hosts=("api.openai.com", ".openai.azure.com", ".cognitiveservices.azure.com"),
             ),
-            Profile("anthropic", "Anthropic", hosts=("api.anthropic.com",)),
-            Profile("openrouter", "OpenRouter", hosts=("openrouter.ai",), responses_done=True),
+            Profile("anthropic", hosts=("api.anthropic.com",)),
+            Profile("openrouter", hosts=("openrouter.ai",), responses_done=True),
+            # Groq, DeepSeek, Together, Fireworks by name; vLLM, Ollama and any gateway as
+            # the default (DEFAULT_PROFILE).
             Profile(
                 "compatible",
-                "OpenAI-compatible providers (Groq, DeepSeek, Together, Fireworks, vLLM, "
-                "Ollama) and any host no profile names",
                 hosts=("api.groq.com", "api.deepseek.com", "api.together.xyz", "api.fireworks.ai"),
                 responses_done=True,
             ),
             Profile(
                 "seed",
-                "The gateway of the seed documents, strictly as they are written",
                 responses_events=SEED_RESPONSES_EVENTS,
                 never_sent=SEED_NEVER_SENT,
                 error_then_failed=False,

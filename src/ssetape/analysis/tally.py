@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ssetape.analysis.findings import Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
 
-__all__ = ["MAX_FINDINGS", "Tally", "ToolCall"]
+__all__ = ["MAX_FINDINGS", "Tally", "ToolCall", "as_count"]
 
 MAX_FINDINGS = 100
 # How many unknown event names are remembered for de-duplication; past that the findings cap
@@ -98,23 +98,17 @@ class Tally:
     def usage(self, inp: object, out: object, total: object) -> None:
         """Record reported token counts; values that are not counts are ignored, never guessed."""
         self.usage_seen = True
-        if _count(inp) is not None:
-            self.input_tokens = _count(inp)
-        if _count(out) is not None:
-            self.output_tokens = _count(out)
-        if _count(total) is not None:
-            self.total_tokens = _count(total)
+        self.input_tokens = as_count(inp, self.input_tokens)
+        self.output_tokens = as_count(out, self.output_tokens)
+        self.total_tokens = as_count(total, self.total_tokens)
 
     def usage_details(
         self, *, cache_read: object = None, cache_write: object = None, reasoning: object = None
     ) -> None:
         """Record the cache and reasoning parts of the counts; non-counts are ignored."""
-        if _count(cache_read) is not None:
-            self.cache_read_tokens = _count(cache_read)
-        if _count(cache_write) is not None:
-            self.cache_write_tokens = _count(cache_write)
-        if _count(reasoning) is not None:
-            self.reasoning_tokens = _count(reasoning)
+        self.cache_read_tokens = as_count(cache_read, self.cache_read_tokens)
+        self.cache_write_tokens = as_count(cache_write, self.cache_write_tokens)
+        self.reasoning_tokens = as_count(reasoning, self.reasoning_tokens)
 
     def set_model(self, value: object) -> None:
         if self.model is None and isinstance(value, str) and value:
@@ -142,7 +136,8 @@ class Tally:
         return None
 
 
-def _count(value: object) -> int | None:
+def as_count(value: object, otherwise: int | None = None) -> int | None:
+    """``value`` if it is a token count (a non-negative int, not a bool), else ``otherwise``."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    return None
+    return otherwise

@@ -13,7 +13,7 @@ import re
 
 from rich.text import Text
 
-__all__ = ["abbreviated", "cell", "visible"]
+__all__ = ["abbreviated", "abbreviated_bytes", "cell", "visible"]
 
 # C0 and C1 controls but tab and newline, DEL, and the bidirectional overrides that can make
 # a terminal show text in another order than it is.
@@ -25,11 +25,19 @@ def visible(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
-def abbreviated(text: str, limit: int, unit: str = "characters") -> str:
+def abbreviated(text: str, limit: int) -> str:
     """``text`` cut to ``limit``, saying how much was left out."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]} … ({len(text) - limit:,} more {unit}; show --full prints them)"
+    return f"{text[:limit]} … ({len(text) - limit:,} more characters; show --full prints them)"
+
+
+def abbreviated_bytes(raw: bytes, limit: int) -> str:
+    """Recorded bytes as text, cut to ``limit`` bytes, saying how many were left out."""
+    head = raw[:limit].decode("utf-8", "replace")
+    if len(raw) <= limit:
+        return head
+    return f"{head} … ({len(raw) - limit:,} more bytes; show --full prints them)"
 
 
 def cell(text: str | None, style: str = "") -> Text:

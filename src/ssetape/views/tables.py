@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.views.documents import origin_of, summary, url_of
-from ssetape.views.escape import abbreviated, cell, visible
+from ssetape.views.escape import abbreviated, abbreviated_bytes, cell, visible
 from ssetape.vocabulary import ExchangeState, Outcome
 
 __all__ = [
@@ -131,9 +131,7 @@ def _pretty(body: bytes | None, full: bool) -> Text:
     if not body:
         return Text("")
     if not full and len(body) > BODY_MAX:
-        head = body[:BODY_MAX].decode("utf-8", "replace")
-        more = len(body) - BODY_MAX
-        return cell(f"{head} … ({more:,} more bytes; show --full prints them)")
+        return cell(abbreviated_bytes(body, BODY_MAX))
     try:
         text = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2).decode()
     except orjson.JSONDecodeError:
@@ -178,11 +176,10 @@ def show_view(
             label = e.event or ("comment" if e.raw.lstrip().startswith(b":") else "-")
             if e.data is not None:
                 data = e.data if full else abbreviated(e.data, EVENT_MAX)
+            elif full:
+                data = e.raw.decode("utf-8", "replace").strip()
             else:
-                raw = e.raw if full else e.raw[: EVENT_MAX + 1]
-                data = raw.decode("utf-8", "replace").strip()
-                if not full and len(e.raw) > EVENT_MAX:
-                    data = abbreviated(data, EVENT_MAX) + f" ({len(e.raw):,} bytes in all)"
+                data = abbreviated_bytes(e.raw, EVENT_MAX).strip()
             t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", cell(label), cell(data))
         parts.append(t)
     else:

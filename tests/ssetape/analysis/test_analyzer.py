@@ -476,3 +476,18 @@ def test_arbitrary_input_never_raises(
     a = an.finish(status=status, state=state, response_body=body)
     assert "analyzer_error" not in codes(a), a.findings
     orjson.dumps(a.to_json())
+
+
+def test_gemini_errors_are_labelled_as_google_names_them() -> None:
+    """An HTTP error body by its ``status`` (Gemini's own label), also when the path that
+    streams a JSON array answers with one; a 200 there that is not an array says so."""
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    error = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+    for body in (error, [error]):
+        an = Analyzer(method="POST", path=path, request_body=None)
+        a = an.finish(status=429, state="completed", response_body=orjson.dumps(body))
+        assert (a.outcome, a.reason) == ("http_error", "RESOURCE_EXHAUSTED")
+    an = Analyzer(method="POST", path=path, request_body=None)
+    an.feed_raw(0, 0, orjson.dumps(error))  # a bare object where the array should be
+    a = an.finish(status=200, state="completed", response_content_type="application/json")
+    assert "invalid_json" in [f.code for f in a.findings]

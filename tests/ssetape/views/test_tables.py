@@ -79,6 +79,17 @@ def test_show_cuts_huge_events_unless_full(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_huge_chunk_without_data_says_how_many_bytes_it_left_out(tmp_path: Path) -> None:
+    """A non-SSE stream's chunk (a Gemini array piece) or a comment has no data: its bytes
+    are shown, cut, with the count of bytes left out."""
+    store = hostile_store(tmp_path / "t.db")
+    [x] = store.exchanges()
+    chunk = Event(seq=0, offset_us=0, event=None, data=None, raw=b"[" + b"y" * 4_999)
+    cut = printed(show_view(x, [chunk], []), terminal=False)
+    assert f"{5_000 - EVENT_MAX:,} more bytes; show --full prints them" in cut
+    store.close()
+
+
 def test_the_cli_prints_hostile_and_huge_recordings(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     hostile_store(db, big=2_000_000).close()

@@ -35,7 +35,7 @@ import orjson
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.findings import FindingCode
 from ssetape.analysis.rules.payload import as_dict, as_str
-from ssetape.analysis.tally import Tally
+from ssetape.analysis.tally import Tally, as_count
 from ssetape.vocabulary import Outcome
 
 __all__ = ["FINISH", "RULES", "body_elements", "error_reason"]
@@ -126,14 +126,10 @@ def _usage(tally: Tally, usage: dict[str, Any]) -> None:
     # Gemini's candidatesTokenCount excludes the thinking tokens, while output_tokens includes
     # reasoning everywhere else (OpenAI's reasoning_tokens are part of completion_tokens), so
     # the two are added. proto3 JSON omits zero counts, so either may be missing alone.
-    counts = [c for c in (candidates, thoughts) if isinstance(c, int) and _is_count(c)]
-    output = sum(counts) if counts else None
+    counted, thought = as_count(candidates), as_count(thoughts)
+    output = None if counted is None and thought is None else (counted or 0) + (thought or 0)
     tally.usage(usage.get("promptTokenCount"), output, usage.get("totalTokenCount"))
     tally.usage_details(cache_read=usage.get("cachedContentTokenCount"), reasoning=thoughts)
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _parts(tally: Tally, parts: object) -> bool:
@@ -227,4 +223,5 @@ RULES = ApiRules(
     payload_kind=payload_kind,
     array_paths=(":streamGenerateContent",),
     body_array=body_elements,
+    error_reason=error_reason,
 )

@@ -64,7 +64,7 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
     if kind == "content_block_delta":
         delta = as_dict(ev.get("delta"))
         dtype = as_str(delta.get("type"))
-        if dtype not in _DELTAS or dtype not in tally.profile.messages_deltas:
+        if dtype not in tally.profile.messages_deltas:  # each profile's are _DELTAS' keys
             tally.unknown(seq, f"content_block_delta {dtype or '(no type)'}")
             return False
         key, target = _DELTAS[dtype]
@@ -75,8 +75,8 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
             tally.text.append(value)
         elif target == "reasoning":
             tally.reasoning.append(value)
-        elif _block_key(ev) not in tally.server_blocks:
-            tally.tool(_block_key(ev)).parts.append(value)
+        elif (block := _block_key(ev)) not in tally.server_blocks:
+            tally.tool(block).parts.append(value)
         return True
     if kind == "message_start":
         message = as_dict(ev.get("message"))

@@ -15,15 +15,14 @@ from typing import Any
 
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.findings import FindingCode
-from ssetape.analysis.profiles import SEED_NEVER_SENT, SEED_RESPONSES_EVENTS
+from ssetape.analysis.profiles import SEED_NEVER_SENT
 from ssetape.analysis.rules.payload import as_dict, as_str, openai_body_head, openai_usage
 from ssetape.analysis.tally import Tally
 from ssetape.vocabulary import Outcome
 
-__all__ = ["NEVER_ARRIVES", "RESPONSES_EVENTS", "RULES"]
+__all__ = ["NEVER_ARRIVES", "RULES"]
 
-# The seed gateway's (kept under these names for the tests and tools that import them).
-RESPONSES_EVENTS = SEED_RESPONSES_EVENTS
+# The seed gateway's, under the name its tests import.
 NEVER_ARRIVES = SEED_NEVER_SENT
 # Deltas of what the model writes besides text, refusal, reasoning and function arguments:
 # tool input and audio. They are output, so they count for TTFT and the gaps.
