@@ -211,6 +211,13 @@ class TapeSession:
         with self._lock:
             child = self._children.get(_FORWARD)
             if child is None:
+                if self.replaying and importlib.util.find_spec("mitmproxy") is None:
+                    # The forwarder is a mitmproxy process of this environment.
+                    raise RuntimeError(
+                        "ssetape.proxy_url replays through mitmproxy, which this test "
+                        "environment does not have: pass ssetape.base_url(upstream) to the "
+                        "client instead (replay then runs in the test process)"
+                    )
                 self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
                 if self.replaying:
                     port = self._front(_FORWARD)
@@ -272,6 +279,8 @@ class TapeSession:
                 args += ["--ignore-field", field]
             if not self.match_host:
                 args.append("--no-match-host")
+            if self.allow_gaps:
+                args.append("--allow-gaps")
         else:
             args = [*self.command, "record"]  # no replayer: one process less to start
         args += ["--db", str(self._tmp / "tape.db"), "--port", "0", "--mode", mode,

@@ -53,6 +53,14 @@ def test_gemini(ssetape):
     chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hi"))
     assert "".join(c.text or "" for c in chunks)
     assert str(chunks[-1].candidates[0].finish_reason).endswith("STOP")
+
+
+def test_proxy_url_says_what_to_use_instead(ssetape):
+    import importlib.util
+    if not ssetape.replaying or importlib.util.find_spec("mitmproxy") is not None:
+        pytest.skip("only a replay in an environment without mitmproxy")
+    with pytest.raises(RuntimeError, match="ssetape.base_url"):
+        ssetape.proxy_url
 """
 
 
@@ -70,10 +78,12 @@ def test_the_newest_sdks_record_once_then_replay_offline(
     with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
         pytester.makepyfile(test_sdks=TESTS.format(upstream=sim.url))
         recorded = pytester.runpytest_subprocess("--ssetape-record-mode=once", *args)
-        recorded.assert_outcomes(passed=3)
+        recorded.assert_outcomes(passed=3, skipped=1)
     cassettes = sorted(p.name for p in (pytester.path / "cassettes" / "test_sdks").iterdir())
     assert cassettes == [
-        "test_anthropic_async[asyncio].jsonl", "test_gemini.jsonl", "test_openai.jsonl"
+        "test_anthropic_async[asyncio].jsonl", "test_gemini.jsonl", "test_openai.jsonl",
+        "test_proxy_url_says_what_to_use_instead.jsonl",
     ]  # fmt: skip
     replayed = pytester.runpytest_subprocess(*args)  # the simulator is gone: offline
-    replayed.assert_outcomes(passed=3)
+    without = importlib.util.find_spec("mitmproxy") is None
+    replayed.assert_outcomes(passed=3 + without, skipped=1 - without)

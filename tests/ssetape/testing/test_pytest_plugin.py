@@ -292,10 +292,17 @@ def test_allowed(ssetape):
     got, header = read(ssetape)
     assert got == b"data: 0\\n\\ndata: 1\\n\\ndata: 2\\n\\ndata: 3\\n\\n"
     assert header == "from event #2: WHY"
+
+# Recording new episodes, what is on the tape still replays with its gaps allowed.
+@pytest.mark.ssetape("gap.jsonl", allow_gaps=True, record_mode="new_episodes")
+def test_allowed_while_recording_new_episodes(ssetape):
+    got, header = read(ssetape)
+    assert got == b"data: 0\\n\\ndata: 1\\n\\ndata: 2\\n\\ndata: 3\\n\\n"
+    assert header == "from event #2: WHY"
 """.replace("WHY", why)
     )
     result = pytester.runpytest(*confdir_args)
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*1 recording(s) of cassette*gap.jsonl replayed incomplete*",
