@@ -49,6 +49,8 @@ def test_an_event_over_ssetape_max_event_is_passed_on_and_named_not_stored(
     big = b"data: " + b"x" * 3000 + b"\n\n"
     chunks = [b"data: 1\n\n", big, b"data: 3\n\n"]
 
+    exit_lines: list[str | None] = []
+
     async def session() -> list[bytes]:
         from mitmproxy import ctx
 
@@ -62,6 +64,7 @@ def test_an_event_over_ssetape_max_event_is_passed_on_and_named_not_stored(
             stream(b"")  # end of stream
             rec.response(flow)
             rec.done()
+            exit_lines.append(rec.exit_line)
         return relayed
 
     relayed = asyncio.run(session())
@@ -71,3 +74,5 @@ def test_an_event_over_ssetape_max_event_is_passed_on_and_named_not_stored(
         assert [e.data for e in store.events(x.id)] == ["1", "3"]
         assert x.error is not None and "an event over 2048 bytes at #1 not stored" in x.error
         assert x.gap_seq == 1  # a replay of it stops there and says so
+    # Relayed, not stored: counted as lost, so stored + lost is what the client got.
+    assert exit_lines == ["ssetape: 2 events in 1 exchange stored, 1 event and 0 exchanges lost"]

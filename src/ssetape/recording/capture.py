@@ -55,6 +55,7 @@ class Capture:
         self.notes: list[str] = []  # what else the exchange must say it misses
         self.offset = 0  # of the latest chunk
         self.missing = 0  # bytes that never reached this capture (see gap)
+        self.not_stored = 0  # events over max_event: relayed, never stored (lost, counted)
         # The first row replay cannot send as it was (events, or wire chunks when encoded).
         self.gap_seq: int | None = None
         self._skipping = False  # after a gap: until the next event starts
@@ -146,6 +147,7 @@ class Capture:
         return kept
 
     def _not_stored(self) -> None:
+        self.not_stored += 1
         self.notes.append(f"an event over {self._max_event} bytes at #{self._seq} not stored")
         if not self._wire:
             self._mark_gap(self._seq)

@@ -116,6 +116,7 @@ class RecordWorker:
         self.capture_failures = 0
         self.exchanges_finished = 0  # whose finish is committed
         self.stray_events = 0  # for exchanges this process never saw begin
+        self.oversized_events = 0  # over ssetape_max_event: relayed, not stored
         self.proxy_lost_exchanges = self.proxy_lost_events = 0
         self.closed = False
         self.unknown: set[str] = set()  # message kinds logged already
@@ -144,7 +145,10 @@ class RecordWorker:
             exchanges_recorded=st.exchanges,
             events_recorded=st.events,
             exchanges_lost=self.proxy_lost_exchanges + st.dropped_exchanges,
-            events_lost=self.proxy_lost_events + st.dropped_events + self.stray_events,
+            events_lost=self.proxy_lost_events
+            + st.dropped_events
+            + self.stray_events
+            + self.oversized_events,
             store_errors=st.failed_batches,
             last_error=st.last_error,
         )
@@ -248,6 +252,7 @@ class RecordWorker:
             capture.close(offset)
             if capture.error is not None:
                 self.capture_failures += 1
+            self.oversized_events += capture.not_stored
             notes = [fields["error"], capture.error, *capture.notes]
             if capture.missing:
                 notes.append(f"{capture.missing} bytes not recorded: {FELL_BEHIND}")
