@@ -154,6 +154,8 @@ class ConnectionGuard:
     def done(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for burst in (self.closed_idle, self.evicted, self.refused, self.out_of_fds):
+            burst.flush(float("inf"))  # what the last quiet period held back
 
     # -- connections -----------------------------------------------------------------
 

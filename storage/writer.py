@@ -420,9 +420,10 @@ class Writer:
         rows = batch.rows
         # Committed: only now may the id map and the counters change.
         known.update(ids)
-        for kind, uid, payload in ops:
-            if kind in (BEGIN, UPDATE) and uid in known:
-                self._fields.setdefault(uid, {}).update(payload)
+        if self._file is not None:  # only a file that can vanish needs them to begin again
+            for kind, uid, payload in ops:
+                if kind in (BEGIN, UPDATE) and uid in known:
+                    self._fields.setdefault(uid, {}).update(payload)
         for uid in finished:
             xid = known.pop(uid, None)
             self._fields.pop(uid, None)

@@ -155,6 +155,9 @@ def test_when_every_connection_is_busy_the_new_one_is_refused(
     assert all("ssetape_max_connections" in (x.error or "") for x in late)
     assert g.refused.total == 50
     assert len(caplog.records) == 1  # one line for the burst, the count comes later
+    with caplog.at_level(logging.WARNING):
+        g.done()  # stopping inside the quiet period: the count is not lost
+    assert caplog.records[-1].getMessage().startswith("ssetape: 49 more")
 
 
 def test_idle_connections_expire_tunnels_and_busy_ones_do_not(
