@@ -114,7 +114,9 @@ def read_records(
         if kind == "exchange":
             # Content-addressed: the same exchange imported twice is the same row (and two
             # identical lines in one cassette are two exchanges).
-            same = alike[raw] = alike.get(raw, -1) + 1
+            # Counted by digest: a line can be megabytes, and all would stay until the end.
+            line = hashlib.sha256(raw).digest()
+            same = alike[line] = alike.get(line, -1) + 1
             obj.setdefault("uid", hashlib.sha256(b"%d:%s" % (same, raw)).hexdigest()[:32])
             obj.setdefault("started_at", started)
         values = codecs[kind].decode(obj, name, number, report.ignored)

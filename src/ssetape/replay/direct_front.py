@@ -21,7 +21,7 @@ from functools import partial
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
-from ssetape.replay.http_server import HttpServer, error_response
+from ssetape.replay.http_server import HttpServer, error_response, raise_fd_limit
 from ssetape.replay.player import Player
 from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.store import Store
@@ -148,6 +148,7 @@ def run_front(
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
         front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps)
         front.preload()
+        raise_fd_limit()  # as the proxy does: a burst of replayed streams takes descriptors
         # What exists now (modules, the loaded tape) lives as long as the process: full
         # collections, which stall every timer while they run, skip it.
         gc.collect()

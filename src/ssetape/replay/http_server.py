@@ -10,12 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import resource
 from collections.abc import Awaitable, Callable
 
 from ssetape.matching import placeholder_of
 from ssetape.vocabulary import MAX_BODY
 
-__all__ = ["BadRequest", "HttpServer", "Responder", "error_response", "parse_head", "read_body"]
+__all__ = [
+    "BadRequest",
+    "HttpServer",
+    "Responder",
+    "error_response",
+    "parse_head",
+    "raise_fd_limit",
+    "read_body",
+]
 
 # (writer, request line split in words, lower-cased header names -> values, body) -> whether
 # the connection may serve another request.
@@ -25,6 +34,21 @@ Responder = Callable[
 
 
 HEAD_TIMEOUT = 60.0  # seconds a connection may take to send a request head, or wait for one
+
+
+def raise_fd_limit(cap: int = 1 << 16) -> int:
+    """Raise this process's soft descriptor limit to its hard one (at most ``cap``), as Go
+    programs do at start: the soft default (1,024) is far below what a busy proxy needs.
+    Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
+    if soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (OSError, ValueError):
+            pass  # a container may forbid it: the cap below follows the limit in force
+    return soft
 
 
 class HttpServer:

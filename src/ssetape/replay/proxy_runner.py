@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import resource
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -15,22 +14,9 @@ from mitmproxy.hooks import ConfigureHook
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
+from ssetape.replay.http_server import raise_fd_limit
+
 log = logging.getLogger("ssetape.proxy")
-
-
-def raise_fd_limit(cap: int = 1 << 16) -> int:
-    """Raise this process's soft descriptor limit to its hard one (at most ``cap``), as Go
-    programs do at start: the soft default (1,024) is far below what a busy proxy needs.
-    Returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = cap if hard == resource.RLIM_INFINITY else min(hard, cap)
-    if soft < want:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
-        except (OSError, ValueError):
-            pass  # a container may forbid it: the cap below follows the limit in force
-    return soft
 
 
 class ProxyStartError(RuntimeError):
