@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import resource
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ssetape.matching import placeholder_of
 from ssetape.vocabulary import MAX_BODY
@@ -69,7 +70,7 @@ class HttpServer:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
                 request_line, headers = parse_head(head)
                 try:
-                    body = await read_body(reader, headers)
+                    body = await read_body(reader, headers, self.head_timeout)
                 except BadRequest as e:
                     error_response(writer, 400, f"ssetape: {e}", extra=b"connection: close\r\n")
                     await writer.drain()
@@ -142,49 +143,55 @@ class _Body:
     def __init__(self) -> None:
         self.parts: list[bytes] = []
         self.size = 0
-        self.hash = hashlib.sha256()
+        self.hash: Any = None  # hashlib's sha256, once past MAX_BODY: most bodies never are
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
-        self.hash.update(data)
-        if self.size <= MAX_BODY:
-            self.parts.append(data)
-        else:
+        if self.hash is None:
+            if self.size <= MAX_BODY:
+                self.parts.append(data)
+                return
+            self.hash = hashlib.sha256(b"".join(self.parts))
             self.parts.clear()
+        self.hash.update(data)
 
     def value(self) -> bytes:
-        if self.size > MAX_BODY:  # as the recorder stored it: its stand-in
+        if self.hash is not None:  # as the recorder stored it: its stand-in
             return placeholder_of(self.size, self.hash.hexdigest())
         return b"".join(self.parts)
 
 
-async def read_body(reader: asyncio.StreamReader, headers: dict[bytes, bytes]) -> bytes:
+async def read_body(
+    reader: asyncio.StreamReader, headers: dict[bytes, bytes], idle: float | None = None
+) -> bytes:
     """The request's body (its stand-in past MAX_BODY); BadRequest if it is not framed
-    right. Read in pieces: a declared 5 GB body never sits in memory."""
+    right. Read in pieces: a declared 5 GB body never sits in memory. ``idle``: seconds a
+    read may wait for the next byte (TimeoutError past it), so a client that stalls inside
+    its body does not hold its connection for good; a slow upload that moves is served."""
     body = _Body()
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
         while True:
-            line = (await reader.readuntil(b"\r\n")).split(b";")[0].strip()
+            line = (await asyncio.wait_for(reader.readuntil(b"\r\n"), idle)).split(b";")[0].strip()
             try:
                 size = int(line, 16)
             except ValueError:
                 raise BadRequest(f"bad chunk size {line[:20]!r}") from None
             if size < 0:
                 raise BadRequest("bad chunk size")
-            await _read_into(reader, body, size)
-            await reader.readexactly(2)  # the chunk's CRLF
+            await _read_into(reader, body, size, idle)
+            await asyncio.wait_for(reader.readexactly(2), idle)  # the chunk's CRLF
             if size == 0:  # no trailers: its CRLF was read with it
                 return body.value()
     length = headers.get(b"content-length", b"0").strip() or b"0"
     if not length.isdigit():
         raise BadRequest(f"bad Content-Length {length[:20]!r}")
-    await _read_into(reader, body, int(length))
+    await _read_into(reader, body, int(length), idle)
     return body.value()
 
 
-async def _read_into(reader: asyncio.StreamReader, body: _Body, n: int) -> None:
+async def _read_into(reader: asyncio.StreamReader, body: _Body, n: int, idle: float | None) -> None:
     while n > 0:
-        data = await reader.read(min(n, 1 << 16))
+        data = await asyncio.wait_for(reader.read(min(n, 1 << 16)), idle)
         if not data:
             raise asyncio.IncompleteReadError(b"", n)
         body.add(data)

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ssetape.replay.http_server import HttpServer
+from ssetape.matching import placeholder
+from ssetape.replay.http_server import HttpServer, read_body
 from ssetape.replay.player import Player
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
+from ssetape.vocabulary import MAX_BODY
 
 OFFSETS_MS = [0, 40, 40, 120, 250]  # two events in one read stay one write
 
@@ -104,11 +106,11 @@ def test_a_client_that_never_finishes_its_head_is_let_go() -> None:
     async def respond(*_: object) -> bool:
         raise AssertionError("no request was complete")
 
-    async def session() -> tuple[bytes, float]:
+    async def session(sent: bytes) -> tuple[bytes, float]:
         server = HttpServer(respond, head_timeout=0.3)
         port = await server.start("127.0.0.1", 0)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /v1/x HTTP/1.1\r\nhost: x\r\n")  # and nothing more
+        writer.write(sent)  # and nothing more
         t = time.monotonic()
         got = await asyncio.wait_for(reader.read(), 5)
         took = time.monotonic() - t
@@ -116,5 +118,35 @@ def test_a_client_that_never_finishes_its_head_is_let_go() -> None:
         await server.stop()
         return got, took
 
-    got, took = asyncio.run(session())
-    assert got == b"" and 0.25 < took < 2  # closed, without an answer, once its time was up
+    stalled_head = b"POST /v1/x HTTP/1.1\r\nhost: x\r\n"
+    stalled_body = b'POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n{"a'
+    for sent in (stalled_head, stalled_body):
+        got, took = asyncio.run(session(sent))
+        assert got == b"" and 0.25 < took < 2  # closed, without an answer, once its time was up
+
+
+@pytest.mark.parametrize("size", [10, MAX_BODY, MAX_BODY + 5])
+def test_a_request_body_reads_as_the_recorder_stored_it(size: int) -> None:
+    """Kept up to MAX_BODY, its stand-in past it (size and SHA-256, as the recorder stores
+    it), whether sent with a length or chunked."""
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+
+    async def read(framing: bytes, data: bytes) -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return await read_body(
+            reader,
+            {b"transfer-encoding" if framing else b"content-length": framing or str(size).encode()},
+        )
+
+    chunked = (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + 70_000]), body[i : i + 70_000])
+            for i in range(0, size, 70_000)
+        )
+        + b"0\r\n\r\n"
+    )
+    want = body if size <= MAX_BODY else placeholder(body)
+    assert asyncio.run(read(b"", body)) == want
+    assert asyncio.run(read(b"chunked", chunked)) == want
