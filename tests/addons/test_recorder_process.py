@@ -14,20 +14,29 @@ import re
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
 
 from ssetape.recording.worker import REPORT_EVERY
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process, wait_for
-from tests.addons.test_recorder_failopen import Reader, body
+from tests.addons.test_recorder_failopen import Reader
+from tests.addons.test_recorder_failopen import body as plain_body
 
 
+# sim-plain sends whole events; sim-chat splits them across chunks (mid-line, inside a UTF-8
+# character) and glues two into one, as real upstreams do: the losses must still add up.
+@pytest.mark.parametrize("model", ["sim-plain", "sim-chat"])
 def test_recording_process_killed_mid_stream(
-    sim: Simulator, recorders: Recorders, tmp_path: Path
+    sim: Simulator, recorders: Recorders, tmp_path: Path, model: str
 ) -> None:
+    def body(i: int, tokens: int) -> dict[str, Any]:
+        return {**plain_body(i, tokens), "model": model}
+
     db = str(tmp_path / "tape.db")
     proc = recorders.start(db, "--mode", f"reverse:{sim.url}")
     before = Reader(proc.url, body(0, 20))
@@ -98,7 +107,7 @@ def test_ctrl_c_reaches_the_recording_process_too(
     the decision to the proxy and stores everything first."""
     db = str(tmp_path / "tape.db")
     proc = recorders.start(db, "--mode", f"reverse:{sim.url}")
-    readers = [Reader(proc.url, body(i, 30)) for i in range(3)]
+    readers = [Reader(proc.url, plain_body(i, 30)) for i in range(3)]
     for r in readers:
         r.run()
     child = recording_process(proc)

@@ -20,10 +20,12 @@ import logging
 import os
 import select
 import time
+from collections import deque
 from typing import Any
 
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.child import PIPE_SIZE, Child
+from ssetape.recording.event_count import EventCount
 from ssetape.recording.protocol import (
     BEGIN,
     CHUNK,
@@ -58,12 +60,6 @@ _RESTART_FIRST, _RESTART_MAX = 1.0, 60.0
 EXIT_GRACE = 20.0
 
 
-def events_in(data: bytes | bytearray) -> int:
-    """Events in relayed bytes, as losses are counted: blank lines end SSE events (the
-    store counts each event it keeps, comments included, and each chunk of other streams)."""
-    return data.count(b"\n\n") or data.count(b"\r\n\r\n") or (1 if data else 0)
-
-
 class RecordLink:
     def __init__(
         self,
@@ -81,7 +77,12 @@ class RecordLink:
         self._child: Child | None = None
         self._batch: list[Message] = []
         self._batch_bytes = 0
+        self._batch_events = 0  # in the batch's chunks, as the store counts them
+        self._events = EventCount()
         self._out = bytearray()  # framed batches the pipe has not taken yet
+        # Per frame in _out: [bytes not yet written, its events]; a frame's events count as
+        # handed over once the pipe took all of it (a recording process reads whole frames).
+        self._frames: deque[list[int]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching = False
@@ -138,18 +139,27 @@ class RecordLink:
         max_event: int = MAX_EVENT,
         max_decoded: int = MAX_DECODED,
     ) -> None:
+        encoded = encoding.strip().lower() not in ("", "identity")
+        self._events.stream(uid, sse=sse, encoded=encoded)
         self._send((STREAM, uid, sse, encoding, max_event, max_decoded))
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
+        last = self._events.end(uid)  # a last event without its blank line
+        if uid in self._orphans:
+            self._count_lost(events=last)
+        else:
+            self._batch_events += last
         self._send((FINISH, uid, offset, fields))
 
     def chunk(self, uid: str, offset: int, data: bytes) -> None:
         """One relayed chunk, ``offset`` µs into its exchange: the hot path."""
+        events = self._events.chunk(uid, data)
         if len(self._out) > self._max_buffer or uid in self._orphans:
-            self._lose(uid, data)
+            self._lose(uid, data, events)
             return
         self._batch.append((CHUNK, uid, offset, data))
         self._batch_bytes += len(data)
+        self._batch_events += events
         if self._timer is None:
             self._schedule()
         elif self._batch_bytes > FLUSH_BYTES:
@@ -159,15 +169,14 @@ class RecordLink:
         """An exchange the proxy could not hand over (a bug in its hooks)."""
         self._count_lost(exchanges=1)
 
-    def _count_lost(self, *, exchanges: int = 0, data: bytes | bytearray = b"") -> None:
-        events = events_in(data)
+    def _count_lost(self, *, exchanges: int = 0, events: int = 0) -> None:
         self.lost_exchanges += exchanges
         self.lost_events += events
         self._unsent_exchanges += exchanges
         self._unsent_events += events
 
-    def _lose(self, uid: str, data: bytes) -> None:
-        self._count_lost(data=data)
+    def _lose(self, uid: str, data: bytes, events: int) -> None:
+        self._count_lost(events=events)
         if uid in self._orphans:
             self._schedule()  # the count goes out with the next batch
             return
@@ -205,6 +214,7 @@ class RecordLink:
             self._timer.cancel()
             self._timer = None
         batch, self._batch, self._batch_bytes = self._batch, [], 0
+        events, self._batch_events = self._batch_events, 0
         if self._unsent_exchanges or self._unsent_events:
             at = len(batch) - 1 if batch and batch[-1][0] == CLOSE else len(batch)
             batch.insert(at, (LOSSES, self._unsent_exchanges, self._unsent_events))
@@ -213,27 +223,26 @@ class RecordLink:
             return
         child = self._ready_child()
         if child is None:
-            self._drop(batch)
+            self._drop(batch, events)
             return
         for msg in batch:
-            if msg[0] == CHUNK:
-                child.handed += events_in(msg[3])
-            elif msg[0] == BEGIN:
+            if msg[0] == BEGIN:
                 child.open.add(msg[1])
             elif msg[0] == FINISH:
                 child.open.discard(msg[1])
                 child.finishing.add(msg[1])
             elif msg[0] == LOSSES:
                 child.told += msg[2]
-        self._out += encode_frame(batch)
+        frame = encode_frame(batch)
+        self._out += frame
+        self._frames.append([len(frame), events])
         self._write()
 
-    def _drop(self, batch: list[Message]) -> None:
+    def _drop(self, batch: list[Message], events: int) -> None:
         """No recording process to take ``batch``: count what it held as lost."""
+        self._count_lost(events=events)
         for msg in batch:
-            if msg[0] == CHUNK:
-                self._count_lost(data=msg[3])
-            elif msg[0] == LOSSES:  # told to no one: to the next recording process then
+            if msg[0] == LOSSES:  # told to no one: to the next recording process then
                 self._unsent_exchanges += msg[1]
                 self._unsent_events += msg[2]
             elif msg[0] == BEGIN:
@@ -250,12 +259,24 @@ class RecordLink:
             while self._out:
                 n = os.write(child.fd, self._out)
                 del self._out[:n]  # cheap: CPython trims a bytearray's front in place
+                self._taken(child, n)
         except BlockingIOError:
             pass
         except OSError:
             self._bury(child)
             return
         self._watch(bool(self._out))
+
+    def _taken(self, child: Child, n: int) -> None:
+        """The pipe took ``n`` more bytes: frames it took whole are handed over."""
+        frames = self._frames
+        while n and frames:
+            first = frames[0]
+            took = min(n, first[0])
+            first[0] -= took
+            n -= took
+            if first[0] == 0:
+                child.handed += frames.popleft()[1]
 
     def _watch(self, on: bool) -> None:
         """Have the loop call :meth:`_write` when the pipe takes more."""
@@ -279,7 +300,9 @@ class RecordLink:
             self._backoff = min(self._backoff * 2, _RESTART_MAX)
             return
         self._restart_at = time.monotonic() + self._backoff
-        self._out[:0] = encode_frame([(CONFIG, self._cfg)])  # always its first frame
+        config = encode_frame([(CONFIG, self._cfg)])
+        self._out[:0] = config  # always its first frame
+        self._frames.appendleft([len(config), 0])
         self._write()  # it opens the store while the proxy starts
 
     def _ready_child(self) -> Child | None:
@@ -305,9 +328,10 @@ class RecordLink:
         self._child = None
         # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
         unfinished = len(child.open) + len(child.finishing)
-        self._count_lost(exchanges=unfinished, data=self._out)
-        child.handed -= events_in(self._out)  # counted lost just now: never handed after all
+        unsent = sum(events for _, events in self._frames)
+        self._count_lost(exchanges=unfinished, events=unsent)
         self._out.clear()
+        self._frames.clear()
         # Its reader thread reaps it (poll() here would race that wait); a dead process is
         # reaped at once, so this only waits for one that closed the pipe but lives on.
         code: int | str | None = child.proc.returncode if child.ended.wait(0.5) else None

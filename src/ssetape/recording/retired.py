@@ -30,7 +30,7 @@ class Casualty:
 
     recorder_id: str | None  # from its ready report; None if it never got that far
     reported: Counts  # its last report
-    handed: int  # events in the chunks written to it (blank lines, as losses are counted)
+    handed: int  # events in the frames it took whole, as the store counts them (EventCount)
     told: int  # events the proxy itself lost and told it of (they are in its report)
     exact: Counts | None = field(default=None)
 
