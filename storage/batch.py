@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, func, insert, select, update
 
-from ssetape.storage.models import Event, Exchange
+from ssetape.storage.models import Event, Exchange, no_nul
 
 EXCHANGES = cast(Table, Exchange.__table__)
 EVENTS = cast(Table, Event.__table__)
@@ -39,19 +39,15 @@ def fields(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def _no_nul(value: Any) -> Any:
-    """PostgreSQL text cannot hold NUL: U+FFFD stands in for it. Only in text columns: the
-    exact bytes of every event stay in ``raw`` (bytea), which replay and export use."""
-    return value.replace("\0", "\ufffd") if isinstance(value, str) and "\0" in value else value
-
-
 def _ignore(_: Any) -> None:
     pass
 
 
 def _clean_event(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    # Event rows skip SQLAlchemy's types (see BatchSql), so the models' NUL rule is applied
+    # here; exchange fields go through the column types and get it there.
     seq, offset, event, data, sse_id, raw = row
-    return (seq, offset, _no_nul(event), _no_nul(data), _no_nul(sse_id), raw)
+    return (seq, offset, no_nul(event), no_nul(data), no_nul(sse_id), raw)
 
 
 class BatchSql:
@@ -127,10 +123,6 @@ class Batch:
         """
         known, ids, updates = self.known, self.ids, self.updates
         counts = {uid: len(rs) for (kind, uid), rs in self.row_ops.items() if kind == EVENTS_OP}
-        if not sql.is_sqlite:
-            for values in (*self.begins.values(), *updates.values()):
-                for k, v in values.items():
-                    values[k] = _no_nul(v)
         timed = guard() if guard is not None else nullcontext(_ignore)
         with timed as attach, engine.begin() as conn:
             attach(conn.connection.driver_connection)

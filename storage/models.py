@@ -74,6 +74,70 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         return value.astimezone(dt.UTC)
 
 
+def no_nul(value: Any) -> Any:
+    """PostgreSQL text cannot hold NUL (nor can its jsonb, even as the escape ``\\u0000``): U+FFFD
+    stands in for it, in strings at any depth of a JSON value too. The exact bytes of every
+    event stay in ``raw`` (bytea), which replay and export use."""
+    if isinstance(value, str):
+        return value.replace("\0", "\ufffd") if "\0" in value else value
+    if isinstance(value, list | tuple):
+        return [no_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {no_nul(k): no_nul(v) for k, v in value.items()}
+    return value
+
+
+class _NoNul(TypeDecorator[Any]):
+    """The one place text reaches PostgreSQL through SQLAlchemy: every text and JSON column is
+    of a subclass, so the writer's batches, the analysis (live and `reindex`) and imports all
+    store a NUL as U+FFFD instead of failing the whole transaction. SQLite keeps NUL as is."""
+
+    impl: Any = Text
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        # Per dialect, once: SQLite pays nothing per value. ``impl_instance`` is the
+        # dialect's own type here (SQLAlchemy copies the decorator per dialect).
+        inner = self.impl_instance.bind_processor(dialect)
+        if dialect.name != "postgresql":
+            return inner
+        if inner is None:
+            return no_nul
+        return lambda value: inner(no_nul(value))
+
+
+class Str(_NoNul):
+    impl = String
+    cache_ok = True  # SQLAlchemy asks each subclass
+
+
+class LongText(_NoNul):
+    impl = Text
+    cache_ok = True  # SQLAlchemy asks each subclass
+
+
+class Json(_NoNul):
+    impl = JSON
+    cache_ok = True  # SQLAlchemy asks each subclass
+
+    @property
+    def should_evaluate_none(self) -> bool:  # type: ignore[override]
+        # As the JSON it wraps: with none_as_null, None is SQL NULL, not the text 'null'.
+        return bool(self.impl_instance.should_evaluate_none)
+
+
+class Count(TypeDecorator[int]):
+    """A count an upstream reports (tokens): one past what the column holds (PostgreSQL's
+    INTEGER is 32-bit) is stored as unknown, NULL, on every backend, rather than failing the
+    transaction that stores the analyses of a whole batch of exchanges."""
+
+    impl = Integer
+    cache_ok = True
+
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> int | None:
+        return value if value is None or -(2**31) <= value < 2**31 else None
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: dict[Any, Any] = {  # noqa: RUF012 - SQLAlchemy reads it as a class attribute
@@ -88,60 +152,60 @@ class Exchange(Base):
     __tablename__ = "exchanges"
 
     id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
-    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    uid: Mapped[str] = mapped_column(Str(32), unique=True)
     # Offset zero for every event offset: the moment the proxy had the whole request.
     started_at: Mapped[dt.datetime] = mapped_column(index=True)
-    method: Mapped[str] = mapped_column(String)
-    scheme: Mapped[str] = mapped_column(String)
-    host: Mapped[str] = mapped_column(String)
+    method: Mapped[str] = mapped_column(Str)
+    scheme: Mapped[str] = mapped_column(Str)
+    host: Mapped[str] = mapped_column(Str)
     port: Mapped[int] = mapped_column(Integer)
-    path: Mapped[str] = mapped_column(Text)
-    query: Mapped[str] = mapped_column(Text, default="")
-    http_version: Mapped[str] = mapped_column(String)
-    request_headers: Mapped[list[list[str]]] = mapped_column(JSON)
+    path: Mapped[str] = mapped_column(LongText)
+    query: Mapped[str] = mapped_column(LongText, default="")
+    http_version: Mapped[str] = mapped_column(Str)
+    request_headers: Mapped[list[list[str]]] = mapped_column(Json)
     request_body: Mapped[bytes | None] = mapped_column(LargeBinary)
-    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    fingerprint: Mapped[str] = mapped_column(Str(64), index=True)
     status: Mapped[int | None] = mapped_column(Integer)
-    reason: Mapped[str | None] = mapped_column(String)
+    reason: Mapped[str | None] = mapped_column(Str)
     # none_as_null: "no response yet" must be SQL NULL, not the JSON text 'null'.
-    response_headers: Mapped[list[list[str]] | None] = mapped_column(JSON(none_as_null=True))
+    response_headers: Mapped[list[list[str]] | None] = mapped_column(Json(none_as_null=True))
     response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
     is_stream: Mapped[bool] = mapped_column(default=False)
     state: Mapped[str] = mapped_column(
-        String(32), index=True, default=ExchangeState.RECORDING.value
+        Str(32), index=True, default=ExchangeState.RECORDING.value
     )
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(LongText)
     ttfb_us: Mapped[int | None] = mapped_column(BigInteger)
     duration_us: Mapped[int | None] = mapped_column(BigInteger)
     event_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    recorder: Mapped[str | None] = mapped_column(String, index=True)
+    recorder: Mapped[str | None] = mapped_column(Str, index=True)
     # The first event seq the recording misses (the proxy or the store dropped it, or the
     # store file went away): replay stops there unless told to serve the gaps. Migration 0003.
     gap_seq: Mapped[int | None] = mapped_column(Integer)
 
     # Stream knowledge (migration 0002), derived by ssetape.analysis.knowledge from the
     # events; all NULL until analysed (`ssetape reindex` fills old rows).
-    api: Mapped[str | None] = mapped_column(String(32), index=True)
-    model: Mapped[str | None] = mapped_column(String, index=True)
-    outcome: Mapped[str | None] = mapped_column(String(32), index=True)
-    outcome_reason: Mapped[str | None] = mapped_column(Text)
-    input_tokens: Mapped[int | None] = mapped_column(Integer)
-    output_tokens: Mapped[int | None] = mapped_column(Integer)
-    total_tokens: Mapped[int | None] = mapped_column(Integer)
+    api: Mapped[str | None] = mapped_column(Str(32), index=True)
+    model: Mapped[str | None] = mapped_column(Str, index=True)
+    outcome: Mapped[str | None] = mapped_column(Str(32), index=True)
+    outcome_reason: Mapped[str | None] = mapped_column(LongText)
+    input_tokens: Mapped[int | None] = mapped_column(Count)
+    output_tokens: Mapped[int | None] = mapped_column(Count)
+    total_tokens: Mapped[int | None] = mapped_column(Count)
     # Parts of the counts as the provider reports them, and the provider profile the stream
     # was read under (migration 0004).
-    cache_read_tokens: Mapped[int | None] = mapped_column(Integer)
-    cache_write_tokens: Mapped[int | None] = mapped_column(Integer)
-    reasoning_tokens: Mapped[int | None] = mapped_column(Integer)
-    profile: Mapped[str | None] = mapped_column(String(32))
+    cache_read_tokens: Mapped[int | None] = mapped_column(Count)
+    cache_write_tokens: Mapped[int | None] = mapped_column(Count)
+    reasoning_tokens: Mapped[int | None] = mapped_column(Count)
+    profile: Mapped[str | None] = mapped_column(Str(32))
     ttft_us: Mapped[int | None] = mapped_column(BigInteger)
     gap_median_us: Mapped[int | None] = mapped_column(BigInteger)
     gap_p95_us: Mapped[int | None] = mapped_column(BigInteger)
     gap_max_us: Mapped[int | None] = mapped_column(BigInteger)
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
-    output_text: Mapped[str | None] = mapped_column(Text)
+    output_text: Mapped[str | None] = mapped_column(LongText)
     # refusal_text, reasoning_text, tool_calls: shown, rarely filtered on.
-    details: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    details: Mapped[dict[str, Any] | None] = mapped_column(Json(none_as_null=True))
     analysis_version: Mapped[int | None] = mapped_column(Integer)
 
     events: Mapped[list[Event]] = relationship(
@@ -181,9 +245,9 @@ class Event(Base):
     )
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     offset_us: Mapped[int] = mapped_column(BigInteger)
-    event: Mapped[str | None] = mapped_column(String)
-    data: Mapped[str | None] = mapped_column(Text)
-    sse_id: Mapped[str | None] = mapped_column(String)
+    event: Mapped[str | None] = mapped_column(Str)
+    data: Mapped[str | None] = mapped_column(LongText)
+    sse_id: Mapped[str | None] = mapped_column(Str)
     # Exact bytes including comment lines, so replayed bodies are byte-identical.
     raw: Mapped[bytes] = mapped_column(LargeBinary)
 
@@ -222,8 +286,8 @@ class Setting(Base):
 
     __tablename__ = "settings"
 
-    key: Mapped[str] = mapped_column(String(255), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
+    key: Mapped[str] = mapped_column(Str(255), primary_key=True)
+    value: Mapped[str] = mapped_column(LongText)
 
     def __repr__(self) -> str:
         # Values can be secrets (the redaction key): keep them out of reprs.
@@ -239,9 +303,9 @@ class Finding(Base):
         _Id, ForeignKey("exchanges.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
     )
     n: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    code: Mapped[str] = mapped_column(String(64), index=True)
+    code: Mapped[str] = mapped_column(Str(64), index=True)
     event_seq: Mapped[int | None] = mapped_column(Integer)
-    detail: Mapped[str] = mapped_column(Text)
+    detail: Mapped[str] = mapped_column(LongText)
 
     exchange: Mapped[Exchange] = relationship(back_populates="findings")
 
@@ -256,7 +320,7 @@ class RecorderRun(Base):
 
     __tablename__ = "recorder_runs"
 
-    recorder: Mapped[str] = mapped_column(String(255), primary_key=True)
+    recorder: Mapped[str] = mapped_column(Str(255), primary_key=True)
     started_at: Mapped[dt.datetime]
     updated_at: Mapped[dt.datetime]
     stopped_at: Mapped[dt.datetime | None]
@@ -265,7 +329,7 @@ class RecorderRun(Base):
     exchanges_lost: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     events_lost: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     store_errors: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(LongText)
 
     def __repr__(self) -> str:
         return f"RecorderRun(recorder={self.recorder!r}, events_lost={self.events_lost!r})"

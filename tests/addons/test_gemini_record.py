@@ -105,3 +105,38 @@ def test_the_google_genai_sdk_records_and_replays_without_its_key(
         assert key.encode() not in path.read_bytes(), path
     replay = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", db=rec.db)
     assert ask(replay.url) == direct
+
+
+def test_huge_numbers_in_a_gemini_array_are_valid_json(
+    ssetape_proc: Callable[..., Proc],
+) -> None:
+    """Numbers JSON allows but a 64-bit integer or a double cannot hold (a 30-digit id, a
+    400-digit one, 1e400) are read, not reported as invalid JSON."""
+    from ssetape.analysis.knowledge import Knowledge
+    from tests.upstreams import fixed_upstream
+
+    def element(text: str, extra: bytes, end: bool) -> bytes:
+        finish = b',"finishReason":"STOP"' if end else b""
+        usage = b',"usageMetadata":{"promptTokenCount":3,"candidatesTokenCount":2}' if end else b""
+        return (
+            b'{"candidates":[{"content":{"parts":[{"text":"%s"}],"role":"model"}%s,"index":0}]'
+            b'%s,"modelVersion":"gemini-2.5-flash","x":%s}' % (text.encode(), finish, usage, extra)
+        )
+
+    chunks = [
+        b"[" + element("a", b"123456789012345678901234567890", False),
+        b"\r\n," + element("b", b"-" + b"9" * 400, False),
+        b"\r\n," + element("c", b"[1e400, 12345678901234567890.5e-3]", True) + b"]",
+    ]
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    with fixed_upstream(head, chunks) as upstream:
+        rec = ssetape_proc("record", "--mode", f"reverse:{upstream}")
+        with httpx.Client(timeout=30) as client:
+            got = client.post(rec.url + path("gemini-2.5-flash", False), content=BODY)
+        assert got.content == b"".join(chunks)
+        assert rec.stop() == 0
+    with Store.open(rec.db, create=False) as store:
+        (x,) = store.exchanges()
+        findings = [(f.code, f.detail) for f in Knowledge(store).findings(x.id)]
+        assert findings == []
+        assert (x.outcome, x.output_text, x.output_tokens) == ("completed", "abc", 2)

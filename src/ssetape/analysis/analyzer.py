@@ -10,7 +10,9 @@ its rules module (:mod:`ssetape.analysis.apis` lists them); they update a
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import re
 from array import array
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -263,9 +265,8 @@ class Analyzer:
         )
 
     def _read_body(self, tally: Tally, body: bytes, extra: list[Finding]) -> None:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
+        obj = _loads(body)
+        if obj is _BAD_JSON:
             detail = "The response body is not valid JSON."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
             return
@@ -305,10 +306,7 @@ class Analyzer:
 
 def _error_body_reason(body: bytes, rules: ApiRules | None) -> str | None:
     """The label of an HTTP error body, by the API's own reading of an error object."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+    obj = _loads(body)
     if isinstance(obj, list) and len(obj) == 1:
         obj = obj[0]  # an error answered on a path that streams a JSON array
     if not isinstance(obj, dict):
@@ -349,11 +347,37 @@ def _name(event: str | None, data: str) -> str:
     return kind if isinstance(kind, str) and kind else "message"
 
 
-def _loads(data: str) -> Any:
+def _loads(data: str | bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        wide = _WIDE_BYTES.search(data) if isinstance(data, bytes) else _WIDE.search(data)
+        return _BAD_JSON if wide is None else _loads_wide(data)
+
+
+# Valid JSON orjson refuses: a number past a double's range (or, in some versions, an integer
+# past 64 bits). Only failed data is searched for one, so valid JSON costs nothing more.
+_WIDE = re.compile(r"\d{20}|[eE][+-]?\d{3}")
+_WIDE_BYTES = re.compile(_WIDE.pattern.encode())
+
+
+def _loads_wide(data: str | bytes) -> Any:
+    """The standard library's reading, with numbers as orjson gives them (an integer past
+    64 bits as a float, so no column gets one it cannot hold); NaN and Infinity stay invalid."""
+    try:
+        return json.loads(data, parse_int=_int, parse_constant=_not_json)
+    except (ValueError, RecursionError):
         return _BAD_JSON
+
+
+def _int(text: str) -> int | float:
+    if len(text) <= 20 and -(2**63) <= (n := int(text)) < 2**64:
+        return n
+    return float(text)
+
+
+def _not_json(text: str) -> Any:
+    raise ValueError(text)
 
 
 def _describe(exc: BaseException) -> str:

@@ -108,7 +108,7 @@ class Knowledge:
 
     def analyse(self, s: Session, x: Exchange) -> Analysis:
         profile = (
-            override_for(x.host, self._profiles)
+            override_for(x.host, self._profiles, x.port)
             or profile_or_none(x.profile)
             or profile_for(x.host)
         )

@@ -150,19 +150,23 @@ def profile_names() -> list[str]:
     return list(PROFILES)
 
 
-def profile_for(host: str | None, overrides: Mapping[str, str] | None = None) -> Profile:
+def profile_for(
+    host: str | None, overrides: Mapping[str, str] | None = None, port: int | None = None
+) -> Profile:
     """The profile of a host: the user's override, else the profile naming it, else the default."""
-    found = override_for(host, overrides or {})
+    found = override_for(host, overrides or {}, port)
     if found is not None:
         return found
-    name = _match(_host(host), ((h, p.name) for p in PROFILES.values() for h in p.hosts))
+    name = _match(_host(host), None, ((h, p.name) for p in PROFILES.values() for h in p.hosts))
     return PROFILES[name or DEFAULT_PROFILE]
 
 
-def override_for(host: str | None, overrides: Mapping[str, str]) -> Profile | None:
-    """The profile the user named for a host, if any. Keys take the forms of
-    :attr:`Profile.hosts` (``.example.com``: a whole domain); the longest match wins."""
-    name = _match(_host(host), overrides.items()) if overrides else None
+def override_for(
+    host: str | None, overrides: Mapping[str, str], port: int | None = None
+) -> Profile | None:
+    """The profile the user named for a host (and ``port``), if any. Keys are as
+    :func:`parse_profile_overrides` leaves them; the most specific match wins."""
+    name = _match(_host(host), port, overrides.items()) if overrides else None
     return None if name is None else PROFILES[name]
 
 
@@ -175,14 +179,54 @@ def profile_or_none(name: object) -> Profile | None:
     return PROFILES.get(name) if isinstance(name, str) else None
 
 
-def _match(host: str, pairs: Iterable[tuple[str, str]]) -> str | None:
-    best: tuple[int, str] | None = None
-    for pattern, name in pairs:
-        pattern = pattern.lower()
+def _match(host: str, port: int | None, pairs: Iterable[tuple[str, str]]) -> str | None:
+    """The name of the most specific pattern matching: one with a port beats one without, a
+    longer host a shorter one. A pattern is ``name``, ``.domain`` (its hosts and itself),
+    either with ``:port``."""
+    best: tuple[bool, int, str] | None = None
+    for key, name in pairs:
+        pattern, wanted = _split(key.lower())
+        if wanted is not None and wanted != port:
+            continue
         hit = host == pattern.lstrip(".") or (pattern.startswith(".") and host.endswith(pattern))
-        if hit and (best is None or len(pattern) > best[0]):
-            best = (len(pattern), name)
-    return None if best is None else best[1]
+        if hit and (best is None or (wanted is not None, len(pattern)) > best[:2]):
+            best = (wanted is not None, len(pattern), name)
+    return None if best is None else best[2]
+
+
+def _split(key: str) -> tuple[str, int | None]:
+    """``host[:port]`` (``[v6]:port``, a bare IPv6 address) as host and port; a port that is
+    not a number is -1, which no request has."""
+    if key.startswith("["):
+        host, _, rest = key[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+    elif key.count(":") > 1:
+        return key, None
+    else:
+        host, colon, port = key.partition(":")
+        port = port if colon else None
+    if port is None:
+        return host, None
+    return host, int(port) if port.isdigit() and len(port) < 6 else -1
+
+
+_FORMS = "HOST, .DOMAIN or *.DOMAIN, each optionally with :PORT"
+
+
+def _pattern(value: str, key: str) -> str:
+    """A ``HOST=NAME`` key as :func:`_match` reads it: ``*.`` written as ``.``, no trailing
+    dot, a port checked; anything else that could never match is refused."""
+    name, port = _split(key)
+    if port is not None and not 0 < port <= 65535:
+        raise ValueError(f"profile {value!r}: {key!r} has no valid port (expected {_FORMS})")
+    name = "." + name[2:] if name.startswith("*.") else name
+    name = name.rstrip(".") if name not in (".", "") else name
+    bare = name.lstrip(".")
+    if not bare or name.startswith("..") or any(c in bare for c in "*/?#@[] \t"):
+        raise ValueError(f"profile {value!r}: {key!r} names no host (expected {_FORMS})")
+    if port is None:
+        return name
+    return f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
 
 
 def parse_profile_overrides(values: Iterable[str]) -> dict[str, str]:
@@ -197,5 +241,5 @@ def parse_profile_overrides(values: Iterable[str]) -> dict[str, str]:
             raise ValueError(
                 f"profile {value!r}: unknown profile {name!r} (one of {', '.join(PROFILES)})"
             )
-        out[host] = name
+        out[_pattern(value, host)] = name
     return out

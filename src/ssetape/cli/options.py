@@ -57,8 +57,8 @@ profile_option = click.option(
     metavar="HOST=NAME",
     callback=_profiles,
     help=f"Read HOST's streams under provider profile NAME ({', '.join(profile_names())}); "
-    f"'.example.com' names a domain. Default: the profile naming the host, else "
-    f"{DEFAULT_PROFILE} (repeatable).",
+    "'.example.com' or '*.example.com' names a domain, HOST:PORT one port. Default: the "
+    f"profile naming the host, else {DEFAULT_PROFILE} (repeatable).",
 )
 
 

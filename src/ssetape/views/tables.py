@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -17,9 +18,12 @@ from ssetape.vocabulary import ExchangeState, Outcome
 __all__ = [
     "BODY_MAX",
     "EVENT_MAX",
+    "HEADERS_SHOWN",
     "SAID_MAX",
+    "events_tables",
     "list_table",
     "runs_table",
+    "show_parts",
     "show_view",
     "stats_table",
 ]
@@ -28,6 +32,7 @@ __all__ = [
 EVENT_MAX = 2000  # characters of an event's data
 SAID_MAX = 2000  # characters of the model's output, reasoning, refusal, a tool call
 BODY_MAX = 64 * 1024  # bytes of a request or response body
+HEADERS_SHOWN = 100  # request or response headers
 
 _MODEL_WIDTH = 16  # long gateway model names ("openai/gpt-4o-2024-08-06") end in "…"
 _LIST_COLUMNS = ("id", "started", "status", "model", "outcome", "events", "tokens", "ttft ms")
@@ -38,7 +43,8 @@ def list_table(rows: list[Exchange], width: int = 80) -> Table:
     one_host = len(hosts) == 1
     title = None
     if one_host:  # the common case: the request column then needs only the path
-        title = f"{len(rows)} exchange(s) with {origin_of(rows[0])}"
+        # The host is recorded text (a cassette, a shared store): a str title would be markup.
+        title = cell(f"{len(rows)} exchange(s) with {origin_of(rows[0])}")
     # Without the date when all rows are from one day: ten columns must fit in 80.
     when = "%H:%M:%S" if len({x.started_at.date() for x in rows}) <= 1 else "%m-%d %H:%M"
     cells: list[list[str]] = []
@@ -118,13 +124,19 @@ def _token_parts(x: Exchange) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _headers_table(title: str, headers: list[list[str]] | None) -> Table:
-    t = Table(title=title, title_justify="left", box=None, show_header=False)
-    t.add_column(style="cyan")
-    t.add_column()
-    for name, value in headers or []:
-        t.add_row(cell(name), cell(value))
-    return t
+def _headers(title: str, headers: list[list[str]] | None, full: bool) -> Iterator[Text]:
+    """Header lines (name in color): the first HEADERS_SHOWN unless ``full``, in one pass."""
+    headers = headers or []
+    shown = headers if full else headers[:HEADERS_SHOWN]
+    yield Text(title, style="italic")
+    for name, value in shown:
+        line = cell(name, "cyan")
+        line.append(" ")
+        line.append(cell(value))
+        yield line
+    if len(shown) < len(headers):
+        more = len(headers) - len(shown)
+        yield Text(f"… {more:,} more headers; show --full prints them", style="dim")
 
 
 def _pretty(body: bytes | None, full: bool) -> Text:
@@ -142,14 +154,22 @@ def _pretty(body: bytes | None, full: bool) -> Text:
 def show_view(
     x: Exchange, events: list[Event], findings: list[Finding], *, full: bool = False
 ) -> RenderableType:
-    """One exchange for a person; events and bodies past a few kilobytes are cut (with their
-    size) unless ``full``."""
+    """One exchange for a person, its events given (see :func:`show_parts`)."""
+    parts = show_parts(x, findings, full=full)
+    if x.is_stream:
+        parts.extend(events_tables(events, total=len(events), full=full))
+    return Group(*parts)
+
+
+def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> list[RenderableType]:
+    """What `show` prints before the events (all of it for a response that is not a stream):
+    bodies past a few kilobytes and headers past HEADERS_SHOWN are cut unless ``full``."""
     s = summary(x)
     head = Text.assemble(
         (f"#{x.id} ", "bold"),
         visible(f"{x.method} {s['url']}  "),
         (f"{x.status or '-'} ", "bold"),
-        (x.state, "green" if x.state == ExchangeState.COMPLETED else "yellow"),
+        (visible(x.state), "green" if x.state == ExchangeState.COMPLETED else "yellow"),
         f"  ttfb {s['ttfb_ms']} ms  ttft {s['ttft_ms']} ms  duration {s['duration_ms']} ms",
     )
     parts: list[RenderableType] = [head]
@@ -162,29 +182,73 @@ def show_view(
         where = "" if f.event_seq is None else f" (event #{f.event_seq})"
         parts.append(cell(f"finding {f.code}{where}: {f.detail}", "magenta"))
     parts += [
-        _headers_table("request headers", x.request_headers),
+        *_headers("request headers", x.request_headers, full),
         _pretty(x.request_body, full),
-        _headers_table("response headers", x.response_headers),
+        *_headers("response headers", x.response_headers, full),
     ]
-    if x.is_stream:
-        t = Table(title=f"{len(events)} events", title_justify="left", box=None)
-        t.add_column("seq", justify="right")
-        t.add_column("offset ms", justify="right")
-        t.add_column("event")
-        t.add_column("data", overflow="fold")
-        for e in events:
-            label = e.event or ("comment" if e.raw.lstrip().startswith(b":") else "-")
-            if e.data is not None:
-                data = e.data if full else abbreviated(e.data, EVENT_MAX)
-            elif full:
-                data = e.raw.decode("utf-8", "replace").strip()
-            else:
-                data = abbreviated_bytes(e.raw, EVENT_MAX).strip()
-            t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", cell(label), cell(data))
-        parts.append(t)
-    else:
+    if not x.is_stream:
         parts.append(_pretty(x.response_body, full))
-    return Group(*parts)
+    return parts
+
+
+def events_tables(
+    events: Iterable[Event],
+    *,
+    total: int,
+    last_us: int = 0,
+    full: bool = False,
+    page: int = 1000,
+) -> Iterator[Table]:
+    """The events as tables of ``page`` rows, made as they are read, so the first rows print
+    while the rest are still in the store; their columns keep one width throughout (set by
+    ``total`` events and the ``last_us`` offset)."""
+    widths: tuple[int, int, int] | None = None
+    rows: list[Event] = []
+    for e in events:
+        rows.append(e)
+        if len(rows) == page:
+            title = None if widths else total  # the first table says how many there are
+            widths = widths or _widths(rows, total, last_us)
+            yield _events_table(rows, widths, full, title)
+            rows = []
+    if rows or widths is None:
+        yield _events_table(
+            rows, widths or _widths(rows, total, last_us), full, None if widths else total
+        )
+
+
+def _widths(rows: list[Event], total: int, last_us: int) -> tuple[int, int, int]:
+    seq = max([3, len(str(total)), *(len(str(e.seq)) for e in rows)])
+    offset = max([9, *(len(f"{us / 1000:.1f}") for us in (last_us, *(e.offset_us for e in rows)))])
+    return seq, offset, min(max([5, *(len(_label(e)) for e in rows)]), 32)
+
+
+def _label(e: Event) -> str:
+    return e.event or ("comment" if e.raw.lstrip().startswith(b":") else "-")
+
+
+def _events_table(
+    rows: list[Event], widths: tuple[int, int, int], full: bool, title: int | None
+) -> Table:
+    t = Table(
+        title=None if title is None else f"{title:,} events",
+        title_justify="left",
+        box=None,
+        show_header=title is not None,
+    )
+    t.add_column("seq", justify="right", width=widths[0])
+    t.add_column("offset ms", justify="right", width=widths[1])
+    t.add_column("event", width=widths[2], no_wrap=True, overflow="ellipsis")
+    t.add_column("data", overflow="fold")
+    for e in rows:
+        if e.data is not None:
+            data = e.data if full else abbreviated(e.data, EVENT_MAX)
+        elif full:
+            data = e.raw.decode("utf-8", "replace").strip()
+        else:
+            data = abbreviated_bytes(e.raw, EVENT_MAX).strip()
+        t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", cell(_label(e)), cell(data))
+    return t
 
 
 def _knowledge_line(x: Exchange) -> Text:

@@ -109,3 +109,50 @@ def test_the_cli_prints_hostile_and_huge_recordings(tmp_path: Path) -> None:
     )
     assert doc["events"][1]["truncated"]["raw_bytes"] == 2_000_008
     assert len(doc["events"][1]["raw"]) == 1024 * 1024
+
+
+# Hosts as an imported cassette or a shared store can hold them: markup that fails
+# (`[/]` closes nothing), markup that makes a link, and what a terminal would act on.
+HOSTILE_HOSTS = ["evil[/]x.com", "[link=https://evil.example]api.openai.com[/link]",
+                 f"a{TITLE}{CLEAR}b", "api.\u202emoc.evil"]  # fmt: skip
+
+
+def _one_exchange_with(db: Path, host: str) -> None:
+    with Store.open(str(db)) as store, store.Session.begin() as s:
+        s.add(
+            Exchange(
+                uid=host.encode().hex()[:32],
+                started_at=dt.datetime.now(dt.UTC),
+                method="GET",
+                scheme="https",
+                host=host,
+                port=443,
+                path="/",
+                query="",
+                http_version="HTTP/1.1",
+                request_headers=[],
+                fingerprint="f",
+                status=200,
+                is_stream=False,
+                state="completed",
+            )
+        )
+
+
+def test_list_and_stats_show_a_hostile_host_as_text(tmp_path: Path) -> None:
+    """`list`'s title names the one host it lists, `stats --by host` each host."""
+    from click.testing import CliRunner
+
+    from ssetape.cli.main import main
+
+    env = {"FORCE_COLOR": "1", "TERM": "xterm-256color", "COLUMNS": "200"}  # as a terminal
+    for n, host in enumerate(HOSTILE_HOSTS):
+        db = tmp_path / f"{n}.db"
+        _one_exchange_with(db, host)
+        for args in (["list"], ["stats", "--by", "host"]):
+            r = CliRunner(env=env).invoke(main, [*args, "--db", str(db)])
+            assert r.exit_code == 0, (args, r.output, r.exception)
+            for acting in (TITLE, CLEAR, "\x1b]8;", "\u202e"):  # 8: a terminal hyperlink
+                assert acting not in r.stdout, (args, r.stdout)
+            shown = host.replace(TITLE, "\\x1b]0;pwned\\x07").replace(CLEAR, "\\x1b[2J")
+            assert shown.replace("\u202e", "\\u202e")[:12] in r.stdout, (args, r.stdout)
