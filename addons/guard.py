@@ -6,8 +6,10 @@ make the proxy refuse everyone (asyncio then logs a traceback per refused accept
 keep the proxy serving:
 
 - ``ssetape_header_timeout``: a connection with no request in flight for this long (one
-  that never completes a head, or an idle keep-alive one) is closed. Tunnels that carry no
-  requests (WebSocket, raw TCP) are exempt.
+  that never completes a head or a body, or an idle keep-alive one) is closed. A request is
+  in flight once the proxy has it whole, head and body: a client that sends its head and
+  then trickles its body a byte at a time waits like one that trickles its head. Tunnels
+  that carry no requests (WebSocket, raw TCP) are exempt.
 - ``ssetape_max_connections``: at the cap, a new client closes the connection that has been
   waiting longest without a request in flight; only when every connection is busy is the
   new one refused. The default fits the descriptor limit: a client and its upstream take
@@ -85,7 +87,8 @@ class ConnectionGuard:
         self.max_connections = 0
         self._clients: dict[str, connection.Client] = {}
         self._idle: OrderedDict[str, float] = OrderedDict()  # client id -> idle since
-        self._flows: dict[str, set[str]] = {}  # client id -> ids of its requests in flight
+        # client id -> ids of its requests in flight (read whole, not answered yet)
+        self._flows: dict[str, set[str]] = {}
         self._tunnels: set[str] = set()  # client ids that carry no more requests
         self._sweeper: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
@@ -115,8 +118,8 @@ class ConnectionGuard:
             "ssetape_header_timeout",
             str,
             "60",
-            "Seconds a client connection may go without a request in flight (completing its "
-            "first request head, or idle between requests) before it is closed.",
+            "Seconds a client connection may go without a request in flight (sending a whole "
+            "request, head and body, or idle between requests) before it is closed.",
         )
         loader.add_option(
             "ssetape_max_connections",
@@ -187,7 +190,9 @@ class ConnectionGuard:
         # A tunnel is set up: what it carries must start in time, counted from now.
         self._waiting(flow.client_conn.id)
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> None:
+        # Not at the head: a body that trickles in (or never comes) is still waiting, under
+        # the same deadline as a head, and evictable at the cap.
         cid = flow.client_conn.id
         if cid in self._clients:
             self._flows.setdefault(cid, set()).add(flow.id)

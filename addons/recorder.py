@@ -3,7 +3,9 @@
 Load it into plain mitmproxy with ``mitmdump -s addons/recorder.py --set ssetape_db=tape.db``.
 Nothing here blocks the event loop, and little runs on it: the stream callable only stamps each
 chunk and hands it to the recording process (``RecordLink``), which parses and stores; large
-request bodies are redacted and fingerprinted in a worker thread.
+request bodies are redacted and fingerprinted in a worker thread, and those over ``MAX_BODY``
+(or of unknown length) stream through to the upstream, hashed as they pass, never held whole.
+Every offset, TTFB and duration is measured on the monotonic clock (``recording.clock``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ import asyncio
 import logging
 import secrets
 import threading
-import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from mitmproxy import ctx, exceptions, http
@@ -29,6 +29,12 @@ from ssetape.addons.options import (
     seconds,
     store_redactor,
 )
+from ssetape.addons.request_body import (
+    body_fields,
+    partial_body_fields,
+    tap_if_large,
+    tapped,
+)
 from ssetape.analysis.apis import streams_array
 from ssetape.analysis.profiles import (
     DEFAULT_PROFILE,
@@ -36,13 +42,14 @@ from ssetape.analysis.profiles import (
     profile_for,
     profile_names,
 )
-from ssetape.matching import canonical_request, fingerprint, placeholder
+from ssetape.recording import clock
+from ssetape.recording.body_tap import BodyTap
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.link import RecordLink
 from ssetape.recording.protocol import FinalCounts
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store
-from ssetape.vocabulary import INLINE_BODY, MAX_BODY, ExchangeState
+from ssetape.vocabulary import INLINE_BODY, ExchangeState, RecordMode
 
 log = logging.getLogger("ssetape.recorder")
 
@@ -180,6 +187,19 @@ class Recorder:
                 self.store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
             )
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A body over MAX_BODY, or of unknown length, streams through a tap instead of being
+        buffered whole by mitmproxy: the proxy's memory stays bounded whatever the upload."""
+        if self.link is not None and ctx.options.ssetape_record and not self._may_replay():
+            tap_if_large(flow.request)
+
+    @staticmethod
+    def _may_replay() -> bool:
+        """Beside the replayer, a request may be answered from the tape in its ``request``
+        hook, which needs the body whole: it is not streamed."""
+        opts = ctx.options
+        return "ssetape_record_mode" in opts and opts.ssetape_record_mode != RecordMode.ALL
+
     async def request(self, flow: http.HTTPFlow) -> None:
         if self.link is None or self.redactor is None or not ctx.options.ssetape_record:
             return
@@ -187,51 +207,61 @@ class Recorder:
             return
         req = flow.request
         uid = secrets.token_hex(16)
-        t0 = req.timestamp_end or time.time()
+        t0 = clock.ticks()  # the offsets' zero: the proxy has the whole request
+        tap = tapped(req)
         try:
-            fields = self._request_fields(flow, t0)
-            if len(req.raw_content or b"") > INLINE_BODY:
-                fields.update(await asyncio.to_thread(self._body_fields, req))
+            fields = self._request_fields(flow)
+            if (tap.size if tap is not None else len(req.raw_content or b"")) > INLINE_BODY:
+                fields.update(await asyncio.to_thread(body_fields, self.redactor, req, tap))
             else:
-                fields.update(self._body_fields(req))
+                fields.update(body_fields(self.redactor, req, tap))
         except Exception:  # never let a recording bug touch the traffic
-            self.link.note_lost_exchange()
-            log.exception("ssetape: cannot record %s %s; traffic continues", req.method, req.host)
+            self._lost(req)
             return
+        self._begin(flow, uid, t0, fields)
+
+    def _begin(self, flow: http.HTTPFlow, uid: str, t0: int, fields: dict[str, Any]) -> None:
+        assert self.link is not None
         flow.metadata[META] = {"uid": uid, "t0": t0}
         self.inflight[uid] = flow
         self.link.begin(uid, fields)
 
-    def _request_fields(self, flow: http.HTTPFlow, t0: float) -> dict[str, Any]:
+    def _answered_early(self, flow: http.HTTPFlow) -> None:
+        """The upstream answered a request whose body still streams through the tap (a 413,
+        a 401): the exchange begins now, with what of the body had passed (its stand-in and
+        a note), or it would go unrecorded; its ``request`` hook, if it comes, skips it."""
+        req, tap = flow.request, flow.request.stream
+        if not isinstance(tap, BodyTap) or req.timestamp_end is not None or self.redactor is None:
+            return
+        t0 = clock.ticks()
+        try:
+            fields = self._request_fields(flow)
+            fields.update(partial_body_fields(self.redactor, req, tap))
+        except Exception:  # never let a recording bug touch the traffic
+            self._lost(req)
+            return
+        self._begin(flow, secrets.token_hex(16), t0, fields)
+        flow.metadata[META]["early"] = tap.size
+
+    def _lost(self, req: http.Request) -> None:
+        assert self.link is not None
+        self.link.note_lost_exchange()
+        log.exception("ssetape: cannot record %s %s; traffic continues", req.method, req.host)
+
+    def _request_fields(self, flow: http.HTTPFlow) -> dict[str, Any]:
         assert self.redactor is not None
         req = flow.request
         return {
-            "started_at": datetime.fromtimestamp(t0, UTC),
+            # The one wall-clock reading of the exchange; everything after it is monotonic.
+            "started_at": clock.started_at(req.timestamp_end),
             "method": req.method,
             "scheme": req.scheme,
             "host": req.host,
             "port": req.port,
             # Chosen as the exchange begins, so live analysis and reindex read it alike.
-            "profile": profile_for(req.host, self.profiles).name,
+            "profile": profile_for(req.host, self.profiles, req.port).name,
             "http_version": req.http_version,
             "request_headers": self.redactor.headers_list(req.headers.items(multi=True)),
-        }
-
-    def _body_fields(self, req: http.Request) -> dict[str, Any]:
-        assert self.redactor is not None
-        path, _, raw_query = req.path.partition("?")
-        query = self.redactor.query(raw_query)
-        raw = req.raw_content
-        if raw is not None and len(raw) > MAX_BODY:
-            body: bytes | None = placeholder(raw)  # its size and hash: never parsed nor kept
-        else:
-            body = self.redactor.body(raw, req.headers.get("content-encoding", ""))
-        canon = canonical_request(req.method, req.host, path, query, body)
-        return {
-            "path": path,
-            "query": query,
-            "request_body": body,
-            "fingerprint": fingerprint(canon),
         }
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -240,6 +270,9 @@ class Recorder:
         if resp is None:
             return
         streamed = is_streamed(resp, flow.request.path)
+        if meta is None and self.link is not None and REPLAYED not in flow.metadata:
+            self._answered_early(flow)
+            meta = flow.metadata.get(META)
         if meta is None or self.link is None or self.redactor is None:
             # Not recording this one: still never hold a stream back (mitmproxy would buffer
             # it whole). Replayed responses are the replayer's to stream.
@@ -253,7 +286,7 @@ class Recorder:
                 "status": resp.status_code,
                 "reason": resp.reason,
                 "response_headers": self.redactor.headers_list(resp.headers.items(multi=True)),
-                "ttfb_us": round((resp.timestamp_start - meta["t0"]) * 1_000_000),
+                "ttfb_us": clock.since(meta["t0"]),
                 "is_stream": streamed,
             },
         )
@@ -269,13 +302,13 @@ class Recorder:
             meta["streamed"] = True
 
     @staticmethod
-    def _stamper(link: RecordLink, uid: str, t0: float) -> Callable[[bytes], bytes]:
+    def _stamper(link: RecordLink, uid: str, t0: int) -> Callable[[bytes], bytes]:
         """The stream callable: each chunk passes unchanged and at once, stamped on its way."""
 
         def stamp(data: bytes) -> bytes:
             if data:
                 try:
-                    link.chunk(uid, round((time.time() - t0) * 1_000_000), data)
+                    link.chunk(uid, clock.since(t0), data)
                 except Exception:  # never let a recording bug touch the traffic
                     log.exception("ssetape: cannot record a chunk of %s; traffic continues", uid)
             return data
@@ -295,12 +328,15 @@ class Recorder:
             return
         uid = meta["uid"]
         self.inflight.pop(uid, None)
-        now = round((time.time() - meta["t0"]) * 1_000_000)
+        now = clock.since(meta["t0"])
+        if meta.get("early") is not None:
+            early = f"the upstream answered after {meta['early']} bytes of the request body"
+            error = f"{error}; {early}" if error else early
         fields: dict[str, object] = {"state": state, "error": error}
         resp = flow.response
         if resp is not None:
-            end = resp.timestamp_end
-            fields["duration_us"] = round((end - meta["t0"]) * 1_000_000) if end else now
+            # Its hooks run as the response ends (or fails): now is its end.
+            fields["duration_us"] = now
             if not meta.get("streamed") and state == ExchangeState.COMPLETED:
                 fields["response_body"] = resp.raw_content
         self.link.finish(uid, now, fields)

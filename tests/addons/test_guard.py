@@ -134,7 +134,7 @@ def test_at_the_cap_the_longest_waiting_connection_makes_room(
     for x in (a, b, c):
         g.client_connected(x)
     busy = flow_of(a)
-    g.requestheaders(busy)  # a has a request in flight
+    g.request(busy)  # a has a request in flight
     g.client_connected(d)
     assert d.error is None
     assert set(g._clients) == {a.id, c.id, d.id}  # b waited longest
@@ -147,7 +147,7 @@ def test_when_every_connection_is_busy_the_new_one_is_refused(
     clients = [client() for _ in range(3)]
     for x in clients:
         g.client_connected(x)
-        g.requestheaders(flow_of(x))
+        g.request(flow_of(x))
     late = [client() for _ in range(50)]
     with caplog.at_level(logging.WARNING):
         for x in late:
@@ -167,9 +167,9 @@ def test_idle_connections_expire_tunnels_and_busy_ones_do_not(
     stalled, busy, socket_ = client(), client(), client()
     for x in (stalled, busy, socket_):
         g.client_connected(x)
-    g.requestheaders(flow_of(busy))
+    g.request(flow_of(busy))
     ws = flow_of(socket_)
-    g.requestheaders(ws)
+    g.request(ws)
     g.websocket_start(ws)
     g.response(ws)  # the 101: the tunnel carries no more requests
     assert g.expire(time.monotonic() + 5) == 0
@@ -182,12 +182,29 @@ def test_a_finished_request_restarts_the_clock(guard: tuple[ConnectionGuard, Any
     c = client()
     g.client_connected(c)
     f = flow_of(c)
-    g.requestheaders(f)
+    g.request(f)
     g._idle.clear()  # as if long ago
     g.response(f)
     g.error(f)  # both hooks for one flow count once
     assert g.expire(time.monotonic() + 5) == 0
     assert g.expire(time.monotonic() + 11) == 1
+
+
+def test_a_request_whose_body_is_still_arriving_waits_like_a_head(
+    guard: tuple[ConnectionGuard, Any],
+) -> None:
+    """Its head is in (``requestheaders``) but not its body (no ``request`` hook yet): it is
+    closed at the timeout, and at the cap it makes room for a new client."""
+    g, _ = guard
+    trickling, busy, other = client(), client(), client()
+    for x in (trickling, busy, other):
+        g.client_connected(x)
+    g.request(flow_of(busy))  # `trickling` and `other` sent a head; their bodies trickle
+    late = client()
+    g.client_connected(late)  # at the cap: the one waiting longest goes
+    assert late.error is None and trickling.id not in g._clients
+    assert g.expire(time.monotonic() + 11) == 2  # `other`'s body never came, nor `late`'s head
+    assert set(g._clients) == {busy.id}
 
 
 @pytest.mark.parametrize(
