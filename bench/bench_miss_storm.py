@@ -1,6 +1,7 @@
 """Replay timing while misses pour in: the same timed stream, quiet and under a miss storm.
 
     python -m bench.bench_miss_storm [--exchanges 10000] [--burst 100] [--rate 200] [--streams 10]
+    python -m bench.bench_miss_storm --in-process [--burst 1000] [--streams 5]
 
 A synthetic tape (``bench.tapes``) of ``--exchanges`` recordings; `ssetape replay` in reverse
 mode (the direct replay server) serves it. A timed stream (50 events 20 ms apart) is played
@@ -9,16 +10,22 @@ match nothing, ``--burst`` at once, ``--rate`` a second at most (each miss is co
 the tape for the nearest recording). Reported: each inter-event gap's error against the
 recorded offsets (ms), the ratio of the storm's to the quiet run's, the misses answered per
 second and their latency.
+
+``--in-process``: as the pytest plugin replays, the replay server runs on a loop thread of
+this process, and the storm (``--burst`` misses at once, during each timed stream) and the
+timed stream are sent from threads of this same process: all share one interpreter lock.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,9 +33,14 @@ from pathlib import Path
 
 from bench.bench_record import BIN, free_port, process
 from bench.bench_replay import fetch, pct
-from bench.tapes import build_tape, chat_body
+from bench.tapes import HOST, build_tape, chat_body
+from ssetape.replay.direct_front import DirectFront
+from ssetape.replay.request_index import RequestIndex
+from ssetape.storage.store import Store
+from ssetape.testing.loop_thread import LoopThread
 
 EVENTS, GAP_US = 50, 20_000
+HOST_URL = f"https://{HOST}"
 
 
 def gap_errors(times: list[float], offsets: list[int]) -> list[float]:
@@ -84,6 +96,37 @@ def storm(port: int, burst: int, rate: float, seconds: float) -> Iterator[subpro
         p.wait(seconds + 60)
 
 
+def in_process(db: str, body: bytes, offsets: list[int], burst: int, streams: int) -> None:
+    """The plugin's case: server, storm and timed stream in one process (see the docstring)."""
+    logging.getLogger("ssetape").setLevel(logging.ERROR)  # a warning per miss
+    with Store.open(db) as store:
+        front = DirectFront(store, RequestIndex(store, store.redactor()), HOST_URL, 1.0)
+        front.preload()
+        loop = LoopThread.shared()
+        port = loop.run(front.http.start("127.0.0.1", 0))
+        timed_errors(port, body, offsets, 1)  # warm-up
+        quiet = timed_errors(port, body, offsets, streams)
+        stormy: list[float] = []
+        took: list[float] = []
+
+        async def misses(n: int) -> None:
+            t0 = time.perf_counter()
+            bodies = (chat_body(f"miss {n} {i}", stream=True) for i in range(burst))
+            await asyncio.gather(*(fetch(port, b) for b in bodies))
+            took.append(time.perf_counter() - t0)
+
+        for n in range(streams):
+            sender = threading.Thread(target=asyncio.run, args=(misses(n),))
+            sender.start()
+            stormy += timed_errors(port, body, offsets, 1)
+            sender.join()
+        loop.run(front.http.stop())
+    print(f"Python {sys.version.split()[0]}; in one process: replay server, misses, timed stream")
+    print(f"quiet:                     {summary(quiet)}")
+    print(f"misses, {burst} at once:  {summary(stormy)}")
+    print(f"each burst answered in {statistics.median(took):.2f} s (median)")
+
+
 def summary(errors: list[float]) -> str:
     return (
         f"p50 {statistics.median(errors):5.2f}  p95 {pct(errors, 0.95):5.2f}  "
@@ -99,6 +142,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=10)
     ap.add_argument("--storm-port", type=int)
     ap.add_argument("--storm-seconds", type=float, default=0)
+    ap.add_argument("--in-process", action="store_true", help="as the pytest plugin replays")
     args = ap.parse_args()
     if args.storm_port:
         asyncio.run(_storm(args.storm_port, args.burst, args.rate, args.storm_seconds))
@@ -106,6 +150,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "tape.db")
         body, offsets = build_tape(db, exchanges=args.exchanges, events=EVENTS, gap_us=GAP_US)
+        if args.in_process:
+            in_process(db, body, offsets, args.burst, args.streams)
+            return
         port = free_port()
         cmd = [str(BIN / "ssetape"), "replay", "--db", db, "--port", str(port),
                "--mode", "reverse:https://api.example.test"]  # fmt: skip

@@ -71,3 +71,28 @@ def build_tape(db: str, *, exchanges: int, events: int, gap_us: int) -> tuple[by
                 ]  # fmt: skip
             conn.execute(insert(events_t), kids)
     return timed, offsets
+
+
+def build_stream(
+    db: str, *, events: int, headers: int = 1, gap_us: int = 10, text: str = "long", pad: int = 0
+) -> int:
+    """One recorded stream (its request ``chat_body(text)``) of ``events`` events ``gap_us``
+    apart, each ``pad`` bytes longer than a tiny chunk, its response with ``headers``
+    headers; written in big batches (2M events in a few seconds). Returns its id."""
+    offsets_end = 1000 + events * gap_us
+    row = _exchange(chat_body(text, stream=True), events=events, duration_us=offsets_end)
+    row["response_headers"] = [["content-type", "text/event-stream"]] + [
+        [f"x-h{i}", f"value {i}"] for i in range(headers - 1)
+    ]
+    exchanges_t = cast(Table, Exchange.__table__)
+    fill = "x" * pad
+    sql = "INSERT INTO events (exchange_id, seq, offset_us, event, data, raw) VALUES (?,?,?,?,?,?)"
+    with Store.open(db) as store, store.engine.begin() as conn:
+        xid = conn.execute(insert(exchanges_t).returning(exchanges_t.c.id), row).scalar_one()
+        for start in range(0, events, 100_000):
+            batch = []
+            for i in range(start, min(events, start + 100_000)):
+                data = f'{{"i":{i}{fill}}}'
+                batch.append((xid, i, 1000 + i * gap_us, None, data, f"data: {data}\n\n".encode()))
+            conn.exec_driver_sql(sql, batch)  # type: ignore[arg-type]
+    return int(xid)

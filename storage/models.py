@@ -171,9 +171,7 @@ class Exchange(Base):
     response_headers: Mapped[list[list[str]] | None] = mapped_column(Json(none_as_null=True))
     response_body: Mapped[bytes | None] = mapped_column(LargeBinary)
     is_stream: Mapped[bool] = mapped_column(default=False)
-    state: Mapped[str] = mapped_column(
-        Str(32), index=True, default=ExchangeState.RECORDING.value
-    )
+    state: Mapped[str] = mapped_column(Str(32), index=True, default=ExchangeState.RECORDING.value)
     error: Mapped[str | None] = mapped_column(LongText)
     ttfb_us: Mapped[int | None] = mapped_column(BigInteger)
     duration_us: Mapped[int | None] = mapped_column(BigInteger)

@@ -10,7 +10,9 @@ not UTF-8 is base64 with ``"encoding": "base64"``. Lossy by nature: use cassette
 from __future__ import annotations
 
 import base64
+import codecs
 import importlib.metadata
+import secrets
 from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import parse_qsl
@@ -23,12 +25,14 @@ from ssetape.cassettes.store_io import Narrow, Progress, scrubber, select_ids
 from ssetape.decoders import decode
 from ssetape.files import private_file
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 _EXCHANGES = cast(Table, Exchange.__table__)
 _EVENTS = cast(Table, Event.__table__)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _BATCH = 200
+_BATCH_EVENTS = 50_000  # events of one batch read at once, at most
 
 
 def _header(headers: list[list[str]] | None, name: str) -> str:
@@ -64,6 +68,7 @@ class Har:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.queries = Queries(store)
         self._scrub = scrubber(store)
 
     def entry(self, x: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -164,25 +169,84 @@ class Har:
                     r.id: dict(r._mapping)
                     for r in conn.execute(select(_EXCHANGES).where(_EXCHANGES.c.id.in_(batch)))
                 }
+                # Short streams are read together; a long one (or one past the batch's
+                # budget) apart, a page at a time, as it is written.
+                budget, together = _BATCH_EVENTS, []
+                for xid, row in rows.items():
+                    if (row["event_count"] or 0) <= budget:
+                        budget -= row["event_count"] or 0
+                        together.append(xid)
                 events: dict[int, list[dict[str, Any]]] = {}
-                q = select(_EVENTS).where(_EVENTS.c.exchange_id.in_(batch))
+                q = select(_EVENTS).where(_EVENTS.c.exchange_id.in_(together))
                 for r in conn.execute(q.order_by(_EVENTS.c.exchange_id, _EVENTS.c.seq)):
                     events.setdefault(r.exchange_id, []).append(dict(r._mapping))
                 for xid in batch:
                     if xid not in rows:
                         continue
+                    if not first:
+                        out.write(b",\n")
+                    first = False
                     try:
-                        entry = orjson.dumps(self.entry(rows[xid], events.get(xid, [])))
+                        if xid in together or not rows[xid]["is_stream"]:
+                            out.write(orjson.dumps(self.entry(rows[xid], events.get(xid, []))))
+                        else:
+                            self._write_long(out, rows[xid])
                     except orjson.JSONEncodeError as e:
                         raise CassetteError(
                             f"cannot write exchange {rows[xid]['uid']}: {e}"
                         ) from None
-                    out.write(entry if first else b",\n" + entry)
-                    first = False
                 if progress is not None:
                     progress(min(start + _BATCH, len(ids)), len(ids))
         out.write(b"\n]}}\n")
         return len(ids)
+
+    def _write_long(self, out: IO[bytes], x: dict[str, Any]) -> None:
+        """One long stream's entry, its body and events written a page at a time where
+        placeholders stand in the entry: three reads of the stream, never all of it held."""
+        size, text = 0, True
+        check = codecs.getincrementaldecoder("utf-8")()  # strict: is the body text?
+        for e in self.queries.event_rows(x["id"]):
+            size += len(e.raw)
+            if text:
+                try:
+                    check.decode(e.raw)
+                except UnicodeDecodeError:
+                    text = False
+        if text:
+            try:
+                check.decode(b"", final=True)
+            except UnicodeDecodeError:
+                text = False
+        body_hole, events_hole = (f"<{secrets.token_hex(16)}>" for _ in range(2))
+        entry = self.entry(x, [])
+        response = entry["response"]
+        response["content"] = {
+            **response["content"], "size": size, "text": body_hole,
+            **({} if text else {"encoding": "base64"}),
+        }  # fmt: skip
+        response["bodySize"] = -1 if x["status"] is None else size
+        entry["_ssetape"] = events_hole
+        doc = orjson.dumps(entry)
+        before, _, rest = doc.partition(orjson.dumps(body_hole))
+        between, _, after = rest.partition(orjson.dumps(events_hole))
+        out.write(before + b'"')
+        decode = codecs.getincrementaldecoder("utf-8")()
+        carry = b""  # base64 goes three bytes at a time
+        for e in self.queries.event_rows(x["id"]):
+            if text:
+                out.write(orjson.dumps(decode.decode(e.raw))[1:-1])
+            else:
+                data = carry + e.raw
+                cut = len(data) - len(data) % 3
+                out.write(base64.b64encode(data[:cut]))
+                carry = data[cut:]
+        out.write(base64.b64encode(carry) + b'"' + between + b"[")
+        sep = b""
+        for e in self.queries.event_rows(x["id"]):
+            item = {"seq": e.seq, "offset_us": e.offset_us, "event": e.event, "data": e.data}
+            out.write(sep + orjson.dumps(item))
+            sep = b","
+        out.write(b"]" + after)
 
     def export(
         self, path: Path, narrow: Narrow | None = None, *, progress: Progress | None = None

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.cli.options import db_option, filter_options, open_db, print_json
 from ssetape.files import write_private
 from ssetape.storage.filters import Filters
-from ssetape.views.documents import detail, summary
-from ssetape.views.tables import list_table, show_view
+from ssetape.storage.models import Exchange, Finding
+from ssetape.storage.queries import Queries
+from ssetape.views.documents import EVENTS_SHOWN, summary, write_detail
+from ssetape.views.tables import events_tables, list_table, show_parts
 from ssetape.views.timeline import Timeline
 from ssetape.views.timeline_chart import TimelineChart
 from ssetape.views.timeline_svg import TimelineSvg
@@ -28,7 +32,7 @@ def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
     """List recorded exchanges, newest first (alias: ls)."""
     store = open_db(db)
     try:
-        rows = store.exchanges(limit=limit, where=Filters.pop(filters).apply)
+        rows = Queries(store).exchanges(Filters.pop(filters), limit=limit)
         if as_json:
             print_json([summary(x) for x in rows])
         else:
@@ -36,6 +40,23 @@ def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
             console.print(list_table(rows, console.width))
     finally:
         store.close()
+
+
+def _event_range(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[int, int | None] | None:
+    """``A:B`` (seq A up to, not including, B; either may be left out) as (A, B)."""
+    if value is None:
+        return None
+    first, colon, last = value.partition(":")
+    try:
+        start = int(first) if first.strip() else 0
+        stop = int(last) if last.strip() else None
+    except ValueError:
+        start = -1
+    if not colon or start < 0 or (stop is not None and stop < start):
+        raise click.BadParameter(f"{value!r}: use A:B, A: or :B with seq numbers, A <= B")
+    return start, stop
 
 
 @click.command()
@@ -49,32 +70,85 @@ def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Save the timeline as an SVG image (for a bug report).",
 )
-@click.option("--full", is_flag=True, help="Print large events and bodies whole (not cut).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Print large events, bodies, every header and every event whole (not cut).",
+)
+@click.option(
+    "--events",
+    "event_range",
+    metavar="A:B",
+    callback=_event_range,
+    help=f"The events with seq A up to B (default: the first {EVENTS_SHOWN:,}; --full: all).",
+)
 def show(
-    db: str, exchange_id: str, as_json: bool, timeline: bool, svg_file: Path | None, full: bool
+    db: str,
+    exchange_id: str,
+    as_json: bool,
+    timeline: bool,
+    svg_file: Path | None,
+    full: bool,
+    event_range: tuple[int, int | None] | None,
 ) -> None:
-    """Show one exchange: redacted headers, bodies, every event with its offset."""
+    """Show one exchange: redacted headers, bodies, its events with their offsets."""
     store = open_db(db)
     try:
+        queries = Queries(store)
         key: int | str = int(exchange_id) if exchange_id.isdigit() else exchange_id
-        x = store.exchange(key)
+        x = queries.exchange(key)
         if x is None:
             raise click.ClickException(
                 f"no exchange {exchange_id} in {store.url} (see ssetape list)"
             )
-        events = store.events(x.id)
         findings = Knowledge(store).findings(x.id)
         if timeline or svg_file:
-            chart = Timeline.of(x, events)
+            chart = Timeline.of(x, queries)
             if svg_file:
                 write_private(svg_file, TimelineSvg(chart).render().encode())
-                click.echo(f"timeline of #{x.id} ({len(events)} events) written to {svg_file}")
+                click.echo(f"timeline of #{x.id} ({len(chart.marks)} events) written to {svg_file}")
             if timeline:
                 Console().print(TimelineChart(chart).render(width=Console().width))
             return
+        start, stop = event_range or (0, None if full else EVENTS_SHOWN)
         if as_json:
-            print_json(detail(x, events, findings, full=full))
-        else:
-            Console().print(show_view(x, events, findings, full=full))
+            write_detail(sys.stdout.buffer, x, queries, findings, full=full, start=start, stop=stop)
+            return
+        _print_show(x, queries, findings, full, start, stop)
     finally:
         store.close()
+
+
+def _print_show(
+    x: Exchange,
+    queries: Queries,
+    findings: list[Finding],
+    full: bool,
+    start: int,
+    stop: int | None,
+) -> None:
+    """Printed as it is read: the first screen comes before the rest of the stream is read."""
+    console = Console()
+    for part in show_parts(x, findings, full=full):
+        console.print(part)
+    if not x.is_stream:
+        return
+    span = queries.event_span(x.id)
+    total, shown = span.count, 0
+    events = queries.events(x.id, start=start, stop=stop)
+    last_us = span.last_offset_us or 0
+    # Tables of a hundred rows: the first is on the screen before the next is laid out.
+    for table in events_tables(events, total=total, last_us=last_us, full=full, page=100):
+        console.print(table)
+        shown += table.row_count
+    before = queries.event_span(x.id, stop=start).count if start else 0
+    after = total - before - shown
+    if after > 0:
+        stop = start + shown if stop is None else stop
+        console.print(
+            Text(
+                f"… {after:,} more events: --events {stop}:{stop + EVENTS_SHOWN} shows the next, "
+                "--full shows all",
+                style="dim",
+            )
+        )

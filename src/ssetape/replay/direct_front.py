@@ -30,7 +30,7 @@ from ssetape.vocabulary import INLINE_BODY, Header
 __all__ = ["PRELOAD", "DirectFront", "run_front"]
 
 log = logging.getLogger("ssetape.replay")
-PRELOAD = 256  # recordings loaded at start (the player's cache size)
+PRELOAD = 256  # recordings loaded at start, at most (the player's cache bounds their bytes)
 
 
 class DirectFront:
@@ -57,8 +57,7 @@ class DirectFront:
     def preload(self) -> None:
         """Load the newest recordings before listening: the first burst then pays nothing."""
         self.index.refresh()
-        for xid in self.index.recording_ids()[-PRELOAD:]:
-            self.player.load(xid)
+        self.player.preload(self.index.recording_ids()[-PRELOAD:])
 
     def origin(self, headers: dict[bytes, bytes], t0: float) -> tuple[str, float]:
         """The host to match on and offset zero of the request."""

@@ -14,22 +14,32 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ssetape.replay.http_server import error_response
-from ssetape.replay.playback import Playback
+from ssetape.replay.playback import Playback, Row, Source, frame
 from ssetape.storage.models import Chunk, Event, Exchange
 from ssetape.storage.store import Store
 
-__all__ = ["Player"]
+__all__ = ["CACHE_BYTES", "LAZY_BYTES", "LAZY_ROWS", "Player"]
 
 log = logging.getLogger("ssetape.replay")
 
 
+# A stream with more rows or bytes than this is played from the store a page at a time (its
+# first byte then waits for one page, not for the whole stream), never held whole.
+LAZY_ROWS = 10_000
+LAZY_BYTES = 4 << 20
+PLAY_PAGE = 2000  # rows of a long stream read at once
+CACHE_BYTES = 64 << 20  # recorded bytes the cache of playbacks holds, at most
+
+
 class Player:
-    """Loads recordings from a store (one query each, kept in a small cache) and plays them.
+    """Loads recordings from a store (kept in a cache bounded by count and by bytes) and
+    plays them.
 
     A recording that misses something is played up to its first gap (``allow_gaps``: past
     them) with a header that says so; ``on_incomplete`` hears of each such replay.
@@ -40,6 +50,7 @@ class Player:
         store: Store,
         *,
         cache_size: int = 256,
+        cache_bytes: int = CACHE_BYTES,
         allow_gaps: bool = False,
         on_incomplete: Callable[[int, str], object] | None = None,
     ) -> None:
@@ -48,7 +59,27 @@ class Player:
         self.on_incomplete = on_incomplete
         self._cache: OrderedDict[tuple[int, bool], Playback] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_bytes = cache_bytes
+        self.held = 0  # bytes the cached playbacks hold
         self._lock = threading.Lock()  # loads run in executor threads
+
+    def preload(self, ids: Sequence[int]) -> None:
+        """Load recordings (``ids`` oldest first) newest first, until the cache is full by
+        count or by bytes: the first burst of requests then pays nothing."""
+        loaded: list[tuple[int, Playback]] = []
+        room = self._cache_bytes
+        for xid in reversed(ids[-self._cache_size :]):
+            try:
+                playback = self._read(xid, self.allow_gaps)
+            except LookupError:
+                continue
+            if playback.size > room:
+                break
+            room -= playback.size
+            loaded.append((xid, playback))
+        with self._lock:
+            for xid, playback in reversed(loaded):  # oldest first: the newest go out last
+                self._keep((xid, self.allow_gaps), playback)
 
     def load(self, exchange_id: int, allow_gaps: bool | None = None) -> Playback:
         """The recording, ready to play (LookupError if it has no response); blocks on the
@@ -58,24 +89,51 @@ class Player:
             playback = self._cache.get(key)
             if playback is None:
                 playback = self._read(*key)
-                self._cache[key] = playback
-                if len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+                self._keep(key, playback)
             self._cache.move_to_end(key)
             return playback
+
+    def _keep(self, key: tuple[int, bool], playback: Playback) -> None:  # with the lock held
+        """Cache ``playback``; the least recently played go while there are too many or
+        they hold too many bytes."""
+        if key in self._cache:
+            return
+        self._cache[key] = playback
+        self.held += playback.size
+        while len(self._cache) > 1 and (
+            len(self._cache) > self._cache_size or self.held > self._cache_bytes
+        ):
+            self.held -= self._cache.popitem(last=False)[1].size
 
     def _read(self, exchange_id: int, allow_gaps: bool) -> Playback:
         with self.store.Session() as s:
             x = s.get(Exchange, exchange_id)
             if x is None or x.status is None:
                 raise LookupError(f"exchange {exchange_id} has no recorded response")
-            events = s.scalars(
-                select(Event).where(Event.exchange_id == exchange_id).order_by(Event.seq)
+            if not x.is_stream:
+                return Playback.of(x, (), allow_gaps=allow_gaps)
+            # Encoded streams replay their wire chunks, plain ones their events.
+            wire = s.scalar(select(Chunk.seq).where(Chunk.exchange_id == exchange_id).limit(1))
+            table, data = _rows(wire is not None)
+            mine = table.exchange_id == exchange_id
+            size = select(func.count(), func.coalesce(func.sum(func.length(data)), 0))
+            count, nbytes = s.execute(size.where(mine)).one()
+            if count > LAZY_ROWS or nbytes > LAZY_BYTES:
+                return Playback.of(x, (), wire=wire is not None, allow_gaps=allow_gaps, lazy=True)
+            rows = s.execute(
+                select(table.seq, table.offset_us, data).where(mine).order_by(table.seq)
             )
-            chunks = s.scalars(
-                select(Chunk).where(Chunk.exchange_id == exchange_id).order_by(Chunk.seq)
-            )
-            return Playback.of(x, list(events), list(chunks), allow_gaps=allow_gaps)
+            return Playback.of(x, rows, wire=wire is not None, allow_gaps=allow_gaps)
+
+    def _page(self, source: Source, after: int) -> list[Row]:
+        """One page of a long recording's rows: those after seq ``after`` (in a thread)."""
+        table, data = _rows(source.wire)
+        stmt = select(table.seq, table.offset_us, data)
+        stmt = stmt.where(table.exchange_id == source.exchange_id, table.seq > after)
+        if source.stop is not None:
+            stmt = stmt.where(table.seq < source.stop)
+        with self.store.Session() as s:
+            return [tuple(r) for r in s.execute(stmt.order_by(table.seq).limit(PLAY_PAGE))]
 
     async def play_recording(
         self,
@@ -140,7 +198,44 @@ class Player:
             writer.write(playback.head + playback.pieces[0][1])
             await writer.drain()
             return True
+        if playback.source is not None:
+            return await self._play_pages(writer, playback, base, speed)
         return await self._play_stream(writer.transport, playback, base, speed)
+
+    async def _play_pages(
+        self, writer: asyncio.StreamWriter, playback: Playback, base: float, speed: float
+    ) -> bool:
+        """A long recording, read a page at a time (the next while this one plays) and
+        written piece by piece at its deadline: two pages held, however long the stream; a
+        client that reads slowly holds the reading back (drain)."""
+        assert playback.source is not None
+        loop = asyncio.get_running_loop()
+        writer.write(playback.head)  # play() waited for its offset
+        after = -1
+        try:
+            while True:
+                rows = await loop.run_in_executor(None, self._page, playback.source, after)
+                for offset, data in frame(rows):
+                    if speed > 0 and (delay := base + offset / speed - loop.time()) > 0:
+                        await asyncio.sleep(delay)
+                    if writer.transport.is_closing():
+                        return False  # the client left: stop writing to it
+                    writer.write(data)
+                await writer.drain()
+                if len(rows) < PLAY_PAGE:
+                    break
+                after = rows[-1][0]
+        except ConnectionError:
+            return False
+        except Exception:
+            log.exception("ssetape replay: cannot read a recording while playing it")
+            writer.transport.abort()
+            return False
+        if not playback.complete:
+            writer.transport.abort()  # the recording ended here: end the replay the same way
+            return False
+        writer.write(b"0\r\n\r\n")
+        return True
 
     async def _play_stream(
         self, transport: asyncio.BaseTransport, playback: Playback, base: float, speed: float
@@ -149,13 +244,14 @@ class Player:
         nothing that can drift; writes due at the same moment go out as one."""
         assert isinstance(transport, asyncio.WriteTransport)
         loop = asyncio.get_running_loop()
-        plan: list[tuple[float, bytes]] = []
+        due: list[tuple[float, list[bytes]]] = []
         for offset, data in ((playback.ttfb, playback.head), *playback.pieces):
             when = base + offset / speed if speed > 0 else 0.0
-            if plan and when <= plan[-1][0]:  # the heap does not keep equal deadlines in order
-                plan[-1] = (plan[-1][0], plan[-1][1] + data)
+            if due and when <= due[-1][0]:  # the heap does not keep equal deadlines in order
+                due[-1][1].append(data)  # joined once below: speed 0 is one write, not n copies
             else:
-                plan.append((when, data))
+                due.append((when, [data]))
+        plan = [(when, b"".join(parts)) for when, parts in due]
         tail = b"0\r\n\r\n" if playback.complete else b""
         done: asyncio.Future[bool] = loop.create_future()
         handles: list[asyncio.TimerHandle] = []
@@ -185,3 +281,8 @@ class Player:
         finally:
             for h in handles:
                 h.cancel()
+
+
+def _rows(wire: bool) -> tuple[Any, Any]:
+    """The table replay sends a stream from, and its bytes column."""
+    return (Chunk, Chunk.data) if wire else (Event, Event.raw)

@@ -8,15 +8,16 @@ compare key-free: see ``redactor.unmask``). A request with no recording gets a
 
 from __future__ import annotations
 
-import heapq
+import operator
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ssetape.matching import canonical_request, differences, fingerprint, leaves
 from ssetape.redactor import Redactor, unmask
@@ -26,6 +27,8 @@ from ssetape.vocabulary import MAX_BODY, ExchangeState
 
 __all__ = ["CLI_HINT", "Miss", "RequestIndex"]
 
+_NEWEST = select(func.max(Exchange.id))
+
 REPLAYABLE_STATES = (
     ExchangeState.COMPLETED,
     ExchangeState.TRUNCATED,
@@ -34,6 +37,7 @@ REPLAYABLE_STATES = (
 )
 NEAREST = 3
 NEAREST_SCAN = 500  # recordings a miss is compared with, at most
+_ID_SPAN = 1 << 48  # more than any exchange id: a distance weighs more than any id
 # What a miss's message tells the user to do, in the words of the command they ran.
 CLI_HINT = (
     "Record it with --record-mode new_episodes, or ignore volatile fields with --ignore-field."
@@ -63,6 +67,7 @@ class _Entry:
     id: int
     url: str
     canonical: dict[str, Any]
+    endpoint: tuple[str, str, str]  # the canonical method, host and path
 
 
 class RequestIndex:
@@ -94,6 +99,7 @@ class RequestIndex:
         # Everything below this id is final and indexed; above it, rows may still be
         # recording (a slow stream begun before a fast one that finished).
         self._floor = 0
+        self._newest = 0  # the newest id the last read saw
         self._by_endpoint: dict[tuple[str, str], list[_Entry]] = {}
         self._lock = threading.Lock()  # never held while the store is read
         self._refreshing = threading.Lock()  # one refresh at a time
@@ -102,7 +108,7 @@ class RequestIndex:
         # answer them wait here instead of all taking the interpreter lock from the event
         # loop that times the streams being replayed.
         self._searching = threading.Lock()
-        self._leaves: dict[int, frozenset[tuple[str, Any]]] = {}  # of recent candidates
+        self._leaves: dict[int, frozenset[int]] = {}  # of recent candidates (see _rough)
         self.hint = hint
         self.keep_misses = keep_misses
         self.misses: list[Miss] = []
@@ -128,8 +134,15 @@ class RequestIndex:
             self._read_new()
 
     def _read_new(self) -> None:  # with self._refreshing held
-        with self.store.Session() as s:
-            rows = s.execute(
+        # Under a storm of misses this runs for most of them (each needs the recordings
+        # committed before it came): first one cheap look at the newest id, and nothing more
+        # when no recording is new or still in progress. A miss then holds the interpreter
+        # lock (and, on PostgreSQL, a round trip) for a fraction of a full read.
+        with self.store.engine.connect() as conn:
+            newest = conn.execute(_NEWEST).scalar()
+            if newest is None or (newest == self._newest and self._floor >= newest):
+                return
+            rows = conn.execute(
                 select(
                     Exchange.id,
                     Exchange.state,
@@ -146,8 +159,9 @@ class RequestIndex:
                 .where(Exchange.id > self._floor)
                 .order_by(Exchange.id)
             ).all()
-            with self._lock:
-                self._merge(rows)
+        with self._lock:
+            self._merge(rows)
+            self._newest = max(self._newest, newest)
 
     def _merge(self, rows: Sequence[Any]) -> None:  # with the lock held
         floor = None
@@ -170,7 +184,8 @@ class RequestIndex:
             ids.append(xid)
             ids.sort()
             url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
-            entry = _Entry(xid, f"{method} {url}", canon)
+            endpoint = (canon["method"], canon["host"], canon["path"])
+            entry = _Entry(xid, f"{method} {url}", canon, endpoint)
             self._entries.append(entry)
             self._by_endpoint.setdefault((method.upper(), path), []).append(entry)
         if rows:
@@ -255,21 +270,30 @@ class RequestIndex:
         self, method: str, host: str, path: str, canon: dict[str, Any], candidates: list[_Entry]
     ) -> Miss:  # with self._searching held
         # A rough distance first (set operations), then field-by-field differences for the
-        # few it ranks best: a miss on a big tape costs a fraction of a millisecond.
-        mine, endpoint = leaves(canon), (canon["method"], canon["host"], canon["path"])
+        # few it ranks best. The distances are computed by map() over the candidates, in C:
+        # a search runs in a thread, and every bytecode it runs holds the interpreter lock
+        # that the loop timing the streams (in a test, the test's own threads too) waits for.
+        mine, endpoint = _rough(canon), (canon["method"], canon["host"], canon["path"])
         if len(self._leaves) > 4 * NEAREST_SCAN:
             self._leaves.clear()  # bounded: the candidates are mostly the same few hundred
-
-        def rough(e: _Entry) -> tuple[int, int]:
-            theirs = self._leaves.get(e.id)
+        ids = [e.id for e in candidates]
+        cached = list(map(self._leaves.get, ids))
+        for i, theirs in enumerate(cached):
             if theirs is None:
-                theirs = self._leaves[e.id] = leaves(e.canonical)
-            c = e.canonical
-            moved = (c["method"], c["host"], c["path"]) != endpoint
-            return len(theirs ^ mine) + (20 if moved else 0), -e.id
-
+                cached[i] = self._leaves[ids[i]] = _rough(candidates[i].canonical)
+        sets = cast(list[frozenset[int]], cached)  # none is None now
+        # A different endpoint is 20 leaves further.
+        moved = [20 * (e.endpoint != endpoint) for e in candidates]
+        # |theirs ^ mine| less |mine| (the same for all): |theirs| - 2 |theirs & mine|.
+        common = map(len, map(mine.intersection, sets))
+        distance = map(operator.sub, map(len, sets), map(operator.mul, common, repeat(2)))
+        distance = map(operator.add, distance, moved)
+        # One int per candidate, nearest first and then newest: sorted in C.
+        score = map(operator.sub, map(operator.mul, distance, repeat(_ID_SPAN)), ids)
+        by_id = dict(zip(ids, candidates, strict=True))
         scored = []
-        for e in heapq.nsmallest(NEAREST * 3, candidates, key=rough):
+        for s in sorted(score)[: NEAREST * 3]:
+            e = by_id[-s % _ID_SPAN]
             diffs = differences(e.canonical, canon)
             # A different endpoint is a worse neighbour than a different body field.
             weight = sum(10 if d.field in ("method", "host", "path") else 1 for d in diffs)
@@ -294,3 +318,11 @@ class RequestIndex:
         else:
             msg += "; the tape is empty"
         return Miss(f"{msg}. {self.hint}", nearest)
+
+
+def _rough(canonical: dict[str, Any]) -> frozenset[int]:
+    """A request's leaves (``matching.leaves``) by their hashes: a tuple's hash is computed
+    anew each time a set operation meets it, an int's is itself, so comparing a miss with
+    500 recordings costs a tenth. A collision only makes the rough distance rougher: the
+    nearest few are then compared field by field."""
+    return frozenset(map(hash, leaves(canonical)))

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import codecs
+import secrets
+from typing import Any, BinaryIO
+
+import orjson
 
 from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.storage.queries import Queries
 
-__all__ = ["detail", "knowledge", "origin_of", "summary", "url_of"]
+__all__ = ["EVENTS_SHOWN", "knowledge", "origin_of", "summary", "url_of", "write_detail"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -103,26 +108,75 @@ def _event(e: Event, full: bool) -> dict[str, Any]:
     return doc
 
 
-def detail(
-    x: Exchange, events: list[Event], findings: list[Finding], *, full: bool = False
-) -> dict[str, Any]:
-    """The whole exchange for scripts; events and bodies over JSON_MAX are cut (saying so,
-    with their size) unless ``full``."""
-    body = x.response_body
-    if body is None and x.is_stream and not _encoded(x):
-        body = b"".join(e.raw for e in events)
+# Events `show` prints or writes unless asked for a range or --full: the first screen of a
+# stream of millions comes at once, in bounded memory.
+EVENTS_SHOWN = 1000
+
+
+def write_detail(
+    out: BinaryIO,
+    x: Exchange,
+    queries: Queries,
+    findings: list[Finding],
+    *,
+    full: bool = False,
+    start: int = 0,
+    stop: int | None = None,
+) -> None:
+    """The exchange for scripts, written as it is read: the events with ``start <= seq <
+    stop``, one page at a time (never the whole stream in memory, even with ``full``); events
+    and bodies over JSON_MAX are cut (saying so, with their size) unless ``full``.
+    ``events_total`` is how many events the store holds for it."""
     request_body, request_size = _cut(x.request_body, full)
-    response_body, response_size = _cut(body, full)
-    return {
+    body: str | None
+    body, body_size = _cut(x.response_body, full)
+    streamed = x.response_body is None and x.is_stream and not _encoded(x)
+    if streamed and not full:  # the stream as sent, cut: read only as much as is shown
+        body, body_size = _stream_head(x, queries)
+    # A whole stream goes out piece by piece where this placeholder stands.
+    hole = f"<{secrets.token_hex(16)}>"
+    doc = {
         **summary(x),
         **knowledge(x, findings),
         "fingerprint": x.fingerprint,
         "request": {"headers": x.request_headers, "body": request_body,
                     **({"body_bytes": request_size} if request_size else {})},
-        "response": {"reason": x.reason, "headers": x.response_headers, "body": response_body,
-                     **({"body_bytes": response_size} if response_size else {})},
-        "events": [_event(e, full) for e in events],
+        "response": {"reason": x.reason, "headers": x.response_headers,
+                     "body": hole if streamed and full else body,
+                     **({"body_bytes": body_size} if body_size else {})},
+        "events_total": queries.event_span(x.id).count,
+        "events": [],
     }  # fmt: skip
+    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    # Written up to the events' empty list, which is filled here.
+    head, _, _ = text.rpartition(b"[]")
+    before, placeholder, after = head.partition(orjson.dumps(hole))
+    out.write(before)
+    if placeholder:
+        out.write(b'"')
+        decode = codecs.getincrementaldecoder("utf-8")("replace")
+        for e in queries.events(x.id):
+            out.write(orjson.dumps(decode.decode(e.raw))[1:-1])
+        out.write(orjson.dumps(decode.decode(b"", final=True))[1:-1] + b'"')
+        out.write(after)
+    sep = b"[\n"
+    for e in queries.events(x.id, start=start, stop=stop):
+        item = orjson.dumps(_event(e, full), option=orjson.OPT_INDENT_2)
+        out.write(sep + b"    " + item.replace(b"\n", b"\n    "))
+        sep = b",\n"
+    out.write(b"[]\n}\n" if sep == b"[\n" else b"\n  ]\n}\n")
+
+
+def _stream_head(x: Exchange, queries: Queries) -> tuple[str, int | None]:
+    """The first JSON_MAX bytes of a stream as sent, and its whole size if that is more."""
+    got: list[bytes] = []
+    size = 0
+    for e in queries.events(x.id):
+        got.append(e.raw)
+        size += len(e.raw)
+        if size > JSON_MAX:
+            return b"".join(got)[:JSON_MAX].decode("utf-8", "replace"), queries.event_bytes(x.id)
+    return b"".join(got).decode("utf-8", "replace"), None
 
 
 def _encoded(x: Exchange) -> bool:

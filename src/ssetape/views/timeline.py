@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -18,7 +19,8 @@ import orjson
 
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.apis import APIS, api_of_event
-from ssetape.storage.models import Event, Exchange
+from ssetape.storage.models import Exchange
+from ssetape.storage.queries import Queries
 from ssetape.views.documents import url_of
 
 __all__ = ["KINDS", "Mark", "Timeline"]
@@ -54,6 +56,25 @@ class Mark:
     offset_us: int  # microseconds since the request was complete
     kind: str  # one of KINDS; anything else gets a lane of its own
     label: str  # event type, "message", or ":" for a comment
+
+
+class _StoredMarks(Collection[Mark]):
+    """An exchange's marks, made from its stored events as they are read: a million-event
+    stream is never a million marks in memory."""
+
+    def __init__(self, queries: Queries, x: Exchange, count: int) -> None:
+        self._queries, self._x, self._count = queries, x, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Mark]:
+        api, kind, label = self._x.api, Timeline.classify, Timeline.label_of
+        for t in self._queries.timings(self._x.id):
+            yield Mark(t.seq, t.offset_us, kind(t.event, t.data, api), label(t.event, t.data))
+
+    def __contains__(self, item: object) -> bool:
+        return any(m == item for m in self)
 
 
 # (gap, then the seq, offset and kind of the event after it)
@@ -163,36 +184,38 @@ class Timeline:
 
     def __init__(
         self,
-        marks: list[Mark],
+        marks: Collection[Mark],
         *,
         ttfb_us: int | None,
         ttft_us: int | None,
         duration_us: int | None,
         title: str = "",
+        last_us: int | None = None,
     ) -> None:
+        """``marks``: a list, or a collection read anew each time it is iterated (the
+        store's, a page at a time); ``last_us``, the latest of their offsets, if known."""
         self.marks = marks
         self.ttfb_us = ttfb_us
         self.ttft_us = ttft_us
         self.duration_us = duration_us
         self.title = title
         end = max(0, duration_us or 0, ttfb_us or 0, ttft_us or 0)
-        if marks:
-            end = max(end, max(map(_offset, marks)))
+        if last_us is None and marks:
+            last_us = max(map(_offset, marks))
+        end = max(end, last_us or 0)
         # A stream that took no measurable time still needs an axis to stand on.
         self.span_us: int = end if end > 0 else 1000
 
     @classmethod
-    def of(cls, x: Exchange, events: list[Event]) -> Timeline:
-        """The timeline of one stored exchange, for `ssetape show --timeline/--svg`."""
-        kind, label = cls.classify, cls.label_of
-        marks = [
-            Mark(e.seq, e.offset_us, kind(e.event, e.data, x.api), label(e.event, e.data))
-            for e in events
-        ]
+    def of(cls, x: Exchange, queries: Queries) -> Timeline:
+        """The timeline of one stored exchange, for `ssetape show --timeline/--svg`: its
+        events are read from the store a page at a time, each time they are drawn."""
+        span = queries.event_span(x.id)
         title = f"#{x.id} {x.method} {url_of(x)} {x.model or ''} {x.outcome or x.state}"
         return cls(
-            marks, ttfb_us=x.ttfb_us, ttft_us=x.ttft_us, duration_us=x.duration_us, title=title
-        )
+            _StoredMarks(queries, x, span.count), ttfb_us=x.ttfb_us, ttft_us=x.ttft_us,
+            duration_us=x.duration_us, title=title, last_us=span.last_offset_us,
+        )  # fmt: skip
 
     # Classification -------------------------------------------------------------------------
 
@@ -221,7 +244,7 @@ class Timeline:
         counts: dict[str, list[int]] = {}
         top: list[Gap] = []
         floor = 0
-        prev = self.marks[0].offset_us if self.marks else 0
+        prev: int | None = None  # the first event follows no gap
         last_kind: str | None = None
         row: list[int] = []
         # The hot loop of a million-event stream: the lane row is looked up only when the kind
@@ -237,6 +260,8 @@ class Timeline:
                 row[cell] += 1
             else:
                 row[cells - 1 if cell > 0 else 0] += 1
+            if prev is None:
+                prev = off
             if off - prev > floor:
                 if len(top) < _TOP_GAPS:
                     heapq.heappush(top, (off - prev, m.seq, off, kind))

@@ -63,6 +63,8 @@ class TimelineSvg:
             out.append(_el("text", "empty stream: no events", x=10, y=70, font_style="italic"))
             return "\n".join([*out, "</svg>\n"])
         gaps = tl.pauses(scan.gaps)
+        # Few enough to draw one by one: read once (from the store, it may be), not per lane.
+        marks = list(tl.marks) if n <= _SVG_MAX_MARKS else []
         for gap, _, off, _ in gaps:
             left, w, h = x(off - gap), round(x(off) - x(off - gap), 2), axis_y - 4 - _SVG_TOP
             out.append(
@@ -81,7 +83,7 @@ class TimelineSvg:
             if n > _SVG_MAX_MARKS:
                 out.extend(_bins(scan.counts[kind], y))
             else:
-                for m in tl.marks:
+                for m in marks:
                     if m.kind == kind:
                         tip = _el("title", f"#{m.seq} {m.label} at {fmt_us(m.offset_us)}")
                         out.append(
