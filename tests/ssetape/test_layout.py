@@ -36,6 +36,7 @@ LAYERS = [
         "decoders",
         "files",
         "recorder_id",
+        "http_fields",
     },
     {"storage", "migrations"},
     {"analysis"},

@@ -12,6 +12,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.cassettes.codec import CassetteError
 from ssetape.cassettes.format import MAX_BYTES, MAX_LINE_BYTES, ImportReport, read_records
@@ -19,13 +21,17 @@ from ssetape.cassettes.store_io import (
     Narrow,
     Progress,
     insert_exchange,
+    insert_rows,
     redacted,
+    set_event_count,
     write_cassette,
 )
 from ssetape.files import private_file
 from ssetape.storage.store import Store
 
 __all__ = ["Cassette", "CassetteError", "ImportReport"]
+
+_BATCH = 2_000  # events or chunks inserted at a time: what an import holds of an exchange
 
 
 class Cassette:
@@ -79,8 +85,11 @@ class Cassette:
                 number += 1
                 total += len(raw)
                 self._read = total
-                body = raw[:-1] if raw.endswith(b"\n") else raw
-                if len(body) > self.max_line_bytes:
+                # One copy at a time: a line can be 64 MiB, and this frame would keep one
+                # while the caller parses and stores the next (hence the list, emptied below).
+                line = [raw[:-1] if raw.endswith(b"\n") else raw]
+                del raw
+                if len(line[0]) > self.max_line_bytes:
                     raise CassetteError(
                         f"{self.path}:{number}: line longer than {self.max_line_bytes} bytes "
                         "(raise the line limit if this cassette is trusted)"
@@ -90,7 +99,7 @@ class Cassette:
                         f"{self.path}:{number}: cassette larger than {self.max_bytes} bytes "
                         "(raise the size limit if it is trusted)"
                     )
-                yield number, body
+                yield number, line.pop()
 
     def import_into(
         self,
@@ -109,24 +118,22 @@ class Cassette:
         """
         report = ImportReport()
         size = self._size()
-        pending: tuple[int, dict[str, Any]] | None = None
-        rows: dict[str, list[dict[str, Any]]] = {"event": [], "chunk": []}
         records = self.records(report)
         first = next(records, None)  # the header is read: its redacted fields are known
         # Outside the transaction (SQLite has one writer); the fields are kept on success only.
         redactor = store.redactor((), report.redact_fields, keep=False)
         with store.engine.begin() as conn:
+            target = _Target(conn, report)
             for number, kind, values in chain([first] if first else [], records):
                 if kind != "exchange":
-                    rows[kind].append(values)
+                    if target.add(kind, values) and progress is not None:
+                        progress(min(self._read, size), size)
                     continue
-                if pending is not None:
-                    insert_exchange(conn, report, *pending, rows)
-                pending, rows = (number, redacted(values, redactor)), {"event": [], "chunk": []}
+                target.close()
+                target.open(number, redacted(values, redactor))
                 if progress is not None:
                     progress(min(self._read, size), size)
-            if pending is not None:
-                insert_exchange(conn, report, *pending, rows)
+            target.close()
         # Findings are not in cassettes, and a cassette from an older ssetape lacks the
         # knowledge columns: derive both here, as the recorder would have.
         Knowledge(store, profiles=profiles).reanalyse(sorted(report.lines))
@@ -148,3 +155,49 @@ class Cassette:
         for _ in self.records(report):
             pass
         return report
+
+
+class _Target:
+    """The exchange an import is adding rows to: its events and chunks go in by the batch,
+    so a two-million-event exchange costs a batch of memory, not two million rows."""
+
+    def __init__(self, conn: Connection, report: ImportReport) -> None:
+        self.conn = conn
+        self.report = report
+        self.xid: int | None = None  # None: no exchange yet, or one the store has (skipped)
+        self.counted = True  # whether the exchange line carried its event count (version 1)
+        self.events = 0
+        self.rows: dict[str, list[dict[str, Any]]] = {"event": [], "chunk": []}
+
+    def open(self, number: int, values: dict[str, Any]) -> None:
+        self.counted = "event_count" in values
+        self.xid = insert_exchange(self.conn, self.report, number, values)
+        self.events = 0
+
+    def add(self, kind: str, values: dict[str, Any]) -> bool:
+        """Queue one row; whether a batch went in."""
+        if self.xid is None:
+            return False  # the rows of an exchange the store has already
+        rows = self.rows[kind]
+        rows.append(values)
+        if len(rows) < _BATCH:
+            return False
+        self._flush(kind)
+        return True
+
+    def close(self) -> None:
+        if self.xid is None:
+            return
+        self._flush("event")
+        self._flush("chunk")
+        if not self.counted:
+            set_event_count(self.conn, self.xid, self.events)
+        self.xid = None
+
+    def _flush(self, kind: str) -> None:
+        assert self.xid is not None
+        rows = self.rows[kind]
+        if kind == "event":
+            self.events += len(rows)
+        insert_rows(self.conn, self.report, kind, rows, self.xid)
+        self.rows[kind] = []

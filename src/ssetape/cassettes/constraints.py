@@ -2,7 +2,8 @@
 
 A cassette is input from anywhere (a pull request, a colleague, an attacker). The codec checks
 each value's type; these check what the rest of ssetape relies on, before anything is written:
-headers are ``[name, value]`` string pairs, states and outcomes come from their vocabularies,
+headers are ``[name, value]`` string pairs that are HTTP header lines (an injected CR LF
+would split the replayed response), states and outcomes come from their vocabularies,
 times are within a day, JSON is not nested deeper than anything ssetape writes, integers fit
 the store. Each check returns what is wrong in a few words, or None.
 """
@@ -13,12 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ssetape.analysis.apis import api_names
+from ssetape.http_fields import reason_problem, unsafe_fields
 from ssetape.vocabulary import ExchangeState, Outcome
 
-__all__ = ["CONSTRAINTS", "MAX_DEPTH", "MAX_US", "check"]
+__all__ = ["CONSTRAINTS", "MAX_DEPTH", "MAX_HEADERS", "MAX_US", "check"]
 
 MAX_US = 24 * 3600 * 1_000_000  # a day: no recorded stream lasts longer
 MAX_DEPTH = 16  # of JSON values ssetape writes (details: tool calls in a dict in a list)
+# Per list: no server sends more, and each pair is a few Python objects (~200 bytes) for a
+# few bytes of line, so the count, not the line's size, bounds what an import holds.
+MAX_HEADERS = 10_000
 _INT64 = 2**63 - 1
 
 Check = Callable[[Any], str | None]
@@ -27,6 +32,8 @@ Check = Callable[[Any], str | None]
 def _headers(value: Any) -> str | None:
     if not isinstance(value, list):
         return "must be a list of [name, value] pairs"
+    if len(value) > MAX_HEADERS:
+        return f"has {len(value)} headers, more than {MAX_HEADERS}"
     for pair in value:
         if not (
             isinstance(pair, list)
@@ -35,6 +42,10 @@ def _headers(value: Any) -> str | None:
             and isinstance(pair[1], str)
         ):
             return "must be a list of [name, value] pairs of strings"
+    bad = unsafe_fields(value)
+    if bad:
+        index, wrong = bad[0]
+        return f"pair #{index + 1}: {wrong}"
     return None
 
 
@@ -81,6 +92,7 @@ CONSTRAINTS: dict[str, dict[str, Check]] = {
         "outcome": _one_of([o.value for o in Outcome]),
         "api": _one_of(api_names()),
         "status": _within(100, 599),
+        "reason": reason_problem,
         "port": _within(0, 65535),
         "ttfb_us": _US,
         "duration_us": _US,

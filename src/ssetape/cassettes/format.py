@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
+from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,7 @@ __all__ = [
     "HEADER_KEY",
     "MAX_BYTES",
     "MAX_LINE_BYTES",
+    "MAX_REDACT_FIELDS",
     "ImportReport",
     "header_line",
     "read_records",
@@ -54,6 +57,8 @@ __all__ = [
 FORMAT_VERSION = 2
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_BYTES = 4 * 1024 * 1024 * 1024
+# A field is a few bytes of line and a few Python objects (and a needle) in every redactor.
+MAX_REDACT_FIELDS = 10_000
 HEADER_KEY = "ssetape_cassette"
 _SLACK_US = 1_000_000  # an event stamped a little after the end was measured (rounding, clocks)
 
@@ -117,10 +122,17 @@ def read_records(
             # Counted by digest: a line can be megabytes, and all would stay until the end.
             line = hashlib.sha256(raw).digest()
             same = alike[line] = alike.get(line, -1) + 1
-            obj.setdefault("uid", hashlib.sha256(b"%d:%s" % (same, raw)).hexdigest()[:32])
+            digest = hashlib.sha256(b"%d:" % same)
+            digest.update(raw)  # not b"%d:%s": a copy of the line
+            obj.setdefault("uid", digest.hexdigest()[:32])
             obj.setdefault("started_at", started)
+        # The line and its parsed strings go as soon as the values are decoded: a 64 MiB
+        # body would otherwise stand three times in memory while it is stored.
+        del raw
         values = codecs[kind].decode(obj, name, number, report.ignored)
-        if kind == "event" and sse and "raw" in values and "data" not in obj:
+        parsed_data = "data" in obj
+        del obj
+        if kind == "event" and sse and "raw" in values and not parsed_data:
             values.update(event_fields(values["raw"]))
         if kind == "exchange":
             sse = is_sse(values.get("response_headers"))
@@ -179,6 +191,7 @@ def _header(name: str, number: int, raw: bytes) -> list[str]:
         raise CassetteError(f"{where}: {what}") from None
     if not isinstance(obj, dict) or HEADER_KEY not in obj:
         raise CassetteError(f"{where}: {what}")
+    _unique_keys(where, raw, obj)
     version = obj[HEADER_KEY]
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise CassetteError(f"{where}: bad cassette format version {short(version)}")
@@ -190,11 +203,15 @@ def _header(name: str, number: int, raw: bytes) -> list[str]:
     fields = obj.get("redact_fields", [])
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         raise CassetteError(f'{where}: "redact_fields" must be a list of strings')
-    return list(fields)
+    if len(fields) > MAX_REDACT_FIELDS:
+        raise CassetteError(
+            f'{where}: "redact_fields" has {len(fields)} fields, more than {MAX_REDACT_FIELDS}'
+        )
+    return fields
 
 
 def _parse(where: str, raw: bytes) -> dict[str, Any] | None:
-    if not raw.strip():
+    if not raw or raw.isspace():  # not strip(): it would copy a 64 MiB line to find out
         return None  # blank lines (an editor's trailing newline) carry nothing
     try:
         obj = orjson.loads(raw)
@@ -202,4 +219,73 @@ def _parse(where: str, raw: bytes) -> dict[str, Any] | None:
         raise CassetteError(f"{where}: invalid JSON ({str(e).splitlines()[0]})") from None
     if not isinstance(obj, dict):
         raise CassetteError(f"{where}: expected a JSON object, got {short(obj)}")
+    _unique_keys(where, raw, obj)
     return obj
+
+
+def _unique_keys(where: str, raw: bytes, obj: dict[str, Any]) -> None:
+    """CassetteError if an object of the line names a key twice: orjson keeps the last one,
+    so a reviewer reading the first would approve what is not imported.
+
+    Found cheaply: every key is counted where its quoted name stands in the line. A key named
+    twice stands there twice (or hides behind an escape), so lines whose counts match what
+    was parsed, with no such escape, are settled without a second parse; the few others
+    (a key name that is also a value, an escaped character) are parsed again, pair by pair.
+    """
+    if b"\\u" not in raw and b"\\/" not in raw:
+        keys = list(obj)
+        stack = [v for v in obj.values() if isinstance(v, dict | list)]
+        while stack:  # most lines have no nested object but a {"b64": ...}
+            node = stack.pop()
+            if isinstance(node, dict):
+                keys += node
+            stack += [v for v in (node.values() if isinstance(node, dict) else node)
+                      if isinstance(v, dict | list)]  # fmt: skip
+        # Without those escapes each key stands in the line at least once as _QUOTED has it.
+        if len(keys) == len(set(keys)):
+            if sum(map(raw.count, map(_QUOTED.__getitem__, keys))) == len(keys):
+                return
+        elif all(raw.count(_QUOTED[k]) == n for k, n in Counter(keys).items()):
+            return
+    try:
+        json.loads(raw, object_pairs_hook=_no_repeats)
+    except _Repeated as e:
+        raise CassetteError(
+            f"{where}: key {short(e.args[0])} appears twice in one object"
+        ) from None
+    except (ValueError, RecursionError):  # what orjson took and json does not: too deep
+        raise CassetteError(f"{where}: nested too deep to be checked") from None
+
+
+class _Quoted(dict[str, bytes]):
+    """Keys as they stand in a line; the columns' names made once (a line has a few)."""
+
+    def __missing__(self, key: str) -> bytes:
+        return orjson.dumps(key)  # not kept: a cassette may name a million keys
+
+
+_QUOTED = _Quoted(
+    (k, orjson.dumps(k).decode().encode())
+    for k in (
+        "kind",
+        "b64",
+        HEADER_KEY,
+        "redact_fields",
+        *(c.name for t in TABLES.values() for c in t.columns),
+    )
+)
+
+
+class _Repeated(ValueError):
+    pass
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Repeated(key)
+            seen.add(key)
+    return out

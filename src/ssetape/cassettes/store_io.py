@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable
 from typing import IO, Any
 
-from sqlalchemy import Connection, Select, Table, insert, select
+from sqlalchemy import Connection, Select, Table, insert, select, update
 
 from ssetape.cassettes.codec import TABLES, CassetteCodec
 from ssetape.cassettes.format import ImportReport, header_line
@@ -22,9 +22,11 @@ __all__ = [
     "Narrow",
     "Progress",
     "insert_exchange",
+    "insert_rows",
     "redacted",
     "scrubber",
     "select_ids",
+    "set_event_count",
     "write_cassette",
 ]
 
@@ -79,26 +81,36 @@ def _request_known(row: dict[str, Any]) -> bool:
 
 
 def insert_exchange(
-    conn: Connection,
-    report: ImportReport,
-    number: int,
-    values: dict[str, Any],
-    rows: dict[str, list[dict[str, Any]]],
-) -> None:
-    """One exchange (cassette line ``number``) and its events and chunks, unless the store
-    has its uid already (noted in ``report``)."""
+    conn: Connection, report: ImportReport, number: int, values: dict[str, Any]
+) -> int | None:
+    """Insert one exchange (cassette line ``number``); its id, or None when the store has its
+    uid already (noted in ``report``). Its events and chunks follow with :func:`insert_rows`,
+    a batch at a time: an exchange's lines are never all held at once."""
     if conn.execute(select(_EXCHANGES.c.id).where(_EXCHANGES.c.uid == values["uid"])).first():
         report.skipped += 1
-        return
-    values.setdefault("event_count", len(rows["event"]))  # not in cassettes from version 2
-    xid = conn.execute(insert(_EXCHANGES).returning(_EXCHANGES.c.id), values).scalar_one()
+        return None
+    xid: int = conn.execute(insert(_EXCHANGES).returning(_EXCHANGES.c.id), values).scalar_one()
     report.lines[xid] = number
     report.exchanges += 1
-    for kind, table in (("event", _EVENTS), ("chunk", _CHUNKS)):
-        if rows[kind]:
-            conn.execute(insert(table), _uniform(table, rows[kind], xid))
-    report.events += len(rows["event"])
-    report.chunks += len(rows["chunk"])
+    return xid
+
+
+def insert_rows(
+    conn: Connection, report: ImportReport, kind: str, rows: list[dict[str, Any]], xid: int
+) -> None:
+    """A batch of exchange ``xid``'s events or chunks (``kind``)."""
+    if rows:
+        table = TABLES[kind]
+        conn.execute(insert(table), _uniform(table, rows, xid))
+    if kind == "event":
+        report.events += len(rows)
+    else:
+        report.chunks += len(rows)
+
+
+def set_event_count(conn: Connection, xid: int, count: int) -> None:
+    """Cassettes from version 2 leave the count out: it is what the import inserted."""
+    conn.execute(update(_EXCHANGES).where(_EXCHANGES.c.id == xid).values(event_count=count))
 
 
 def _uniform(table: Table, rows: list[dict[str, Any]], xid: int) -> list[dict[str, Any]]:

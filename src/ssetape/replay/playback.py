@@ -1,17 +1,25 @@
 """One recorded response, ready to be written back: the head and the timed body pieces.
 
 Made once per recording (the player caches them), so that a replay only writes bytes at their
-deadlines: the HTTP/1.1 framing of every piece is done here, not per replay.
+deadlines: the HTTP/1.1 framing of every piece is done here, not per replay. It is also where
+stored values become bytes for a socket, so what is not a header line, a status or a reason
+phrase (a store written by hand or by an older ssetape) is left out here and logged, never
+written: a value with CR LF in it would split the response.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ssetape.storage.models import Chunk, Event, Exchange
+from ssetape.http_fields import field_problem, reason_problem, status_problem
+from ssetape.storage.models import Exchange
 from ssetape.vocabulary import ExchangeState, Header
 
-__all__ = ["HOP_BY_HOP", "Playback", "incomplete"]
+__all__ = ["HOP_BY_HOP", "Playback", "Row", "Source", "frame", "incomplete"]
+
+log = logging.getLogger("ssetape.replay")
 
 HOP_BY_HOP = frozenset(
     {
@@ -39,51 +47,48 @@ class Playback:
     status: int
     head_no_body: bytes  # for HEAD and bodiless statuses: the recorded headers, no framing
     incomplete: str | None = None  # what the recording misses (the header says it too)
+    # Set when the pieces are left in the store (a long recording): where to read them.
+    source: Source | None = None
+    size: int = 0  # bytes held: what a cache of playbacks counts
 
     @classmethod
     def of(
-        cls, x: Exchange, events: list[Event], chunks: list[Chunk], *, allow_gaps: bool = False
+        cls,
+        x: Exchange,
+        rows: Iterable[Row],
+        *,
+        wire: bool = False,
+        allow_gaps: bool = False,
+        lazy: bool = False,
     ) -> Playback:
-        """The recording as it is to be played: up to its first gap unless ``allow_gaps``."""
+        """The recording as it is to be played: up to its first gap unless ``allow_gaps``.
+
+        ``rows``: its wire chunks if ``wire`` (an encoded stream), else its events, by seq;
+        ``lazy``: none are given, the player reads them from the store as it plays."""
         stream = x.is_stream
-        headers = [(k, v) for k, v in (x.response_headers or []) if k.lower() not in HOP_BY_HOP]
+        stored = _safe_headers(x)
+        headers = [(k, v) for k, v in stored if k.lower() not in HOP_BY_HOP]
         missing = incomplete(x)
         complete = x.state == ExchangeState.COMPLETED and missing is None
-        wire = bool(chunks)  # encoded: its wire chunks are what is sent
+        stop: int | None = None  # the rows replay sends (wire chunks if encoded) end here
         if missing is not None:
             headers.append((Header.INCOMPLETE.value, missing))
             if x.gap_seq is not None and not allow_gaps:
-                # The gap is in the rows replay sends: wire chunks if encoded, else events.
-                if wire:
-                    chunks = [c for c in chunks if c.seq < x.gap_seq]
-                else:
-                    events = [e for e in events if e.seq < x.gap_seq]
+                stop = x.gap_seq
             elif allow_gaps:
                 complete = x.state == ExchangeState.COMPLETED
         pieces: list[tuple[float, bytes]] = []
         if stream:
-            # Encoded streams replay their wire chunks, plain ones their events; events that
-            # arrived in one read stay one write, as they came.
-            rows = (
-                [(c.offset_us, c.data) for c in chunks]
-                if wire
-                else [(e.offset_us, e.raw) for e in events]
-            )
-            for off, data in rows:
-                if pieces and pieces[-1][0] == off / 1e6:
-                    pieces[-1] = (pieces[-1][0], pieces[-1][1] + data)
-                else:
-                    pieces.append((off / 1e6, data))
-            # Framed once here, not per replay.
-            pieces = [(off, b"%x\r\n%s\r\n" % (len(data), data)) for off, data in pieces if data]
+            if not lazy:
+                pieces = list(frame(r for r in rows if stop is None or r[0] < stop))
             headers.append(("transfer-encoding", "chunked"))
         else:
             body = x.response_body or b""
             pieces.append(((x.duration_us or x.ttfb_us or 0) / 1e6, body))
             headers.append(("content-length", str(len(body))))
-        status = x.status or 502
-        first = f"HTTP/1.1 {status} {x.reason or ''}".rstrip()
-        recorded = [(k, v) for k, v in (x.response_headers or []) if k.lower() not in HOP_BY_HOP
+        status, reason = _status_line(x)
+        first = f"HTTP/1.1 {status} {reason}".rstrip()
+        recorded = [(k, v) for k, v in stored if k.lower() not in HOP_BY_HOP
                     or k.lower() == "content-length"]  # fmt: skip
         return cls(
             status=status,
@@ -94,7 +99,44 @@ class Playback:
             stream=stream,
             complete=complete,
             incomplete=missing,
+            source=Source(x.id, wire, stop) if lazy and stream else None,
+            size=sum(len(data) for _, data in pieces),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a long recording's pieces are: its wire chunks (``wire``) or events, up to
+    ``stop`` (a seq; None: all)."""
+
+    exchange_id: int
+    wire: bool
+    stop: int | None
+
+
+# (seq, offset in microseconds, bytes) of one stored event or wire chunk
+Row = tuple[int, int, bytes]
+
+
+def frame(rows: Iterable[Row]) -> Iterator[tuple[float, bytes]]:
+    """Rows as timed HTTP/1.1 chunks (framed once, not per replay): rows that arrived in one
+    read (one offset) stay one write, as they came; joined once, never copied per row."""
+    at: int | None = None
+    parts: list[bytes] = []
+    for _, off, data in rows:
+        if off != at and parts:
+            yield from _chunk(at, parts)
+            parts = []
+        at = off
+        parts.append(data)
+    if at is not None:
+        yield from _chunk(at, parts)
+
+
+def _chunk(off_us: int | None, parts: list[bytes]) -> Iterator[tuple[float, bytes]]:
+    data = b"".join(parts)
+    if data:
+        yield (off_us or 0) / 1e6, b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def incomplete(x: Exchange) -> str | None:
@@ -106,6 +148,33 @@ def incomplete(x: Exchange) -> str | None:
     why = x.error or "the recorder stopped before the exchange ended"
     text = f"{where}{why}"
     return "".join(c if " " <= c <= "~" else "?" for c in text)[:300]
+
+
+def _safe_headers(x: Exchange) -> list[tuple[str, str]]:
+    """The recorded response headers that are header lines; the others logged, left out."""
+    safe: list[tuple[str, str]] = []
+    for i, pair in enumerate(x.response_headers or []):
+        wrong = "it is not a [name, value] pair"
+        if isinstance(pair, list | tuple) and len(pair) == 2:
+            name, value = pair
+            wrong = field_problem(name, value) or ""
+            if not wrong:
+                safe.append((name, value))
+                continue
+        log.warning("ssetape: recording %s: response header #%d not sent: %s", x.id, i + 1, wrong)
+    return safe
+
+
+def _status_line(x: Exchange) -> tuple[int, str]:
+    """The recorded status and reason phrase, or what may be written instead (logged)."""
+    status, reason = x.status or 502, x.reason or ""
+    if (wrong := status_problem(status)) is not None:
+        log.warning("ssetape: recording %s: its status %s; sent as 502", x.id, wrong)
+        status, reason = 502, ""
+    if (wrong := reason_problem(reason)) is not None:
+        log.warning("ssetape: recording %s: its reason phrase %s; not sent", x.id, wrong)
+        reason = ""
+    return status, reason
 
 
 def _head(first: str, headers: list[tuple[str, str]]) -> bytes:
