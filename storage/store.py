@@ -41,6 +41,9 @@ __all__ = ["Store", "StoreError", "alembic_config"]
 # pg_advisory_xact_lock key serialising migrations of a fleet of recorders
 # that start at once (the bytes of "ssetape1" as a signed 64-bit integer).
 _MIGRATION_LOCK_KEY = int.from_bytes(b"ssetape1", "big", signed=True)
+# Seconds a start waits for another session's migration lock, unless the session has a
+# lock_timeout of its own (e.g. ?options=-c%20lock_timeout%3D5s in the URL).
+MIGRATION_LOCK_WAIT = 60
 
 
 def alembic_config() -> Config:
@@ -160,9 +163,7 @@ class Store:
             try:
                 with conn.begin():
                     if not self.is_sqlite:
-                        conn.execute(
-                            text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
-                        )
+                        self._lock_migrations(conn)
                     # Re-check under the lock: another process may have migrated.
                     if check(conn):
                         config.attributes["connection"] = conn
@@ -170,6 +171,46 @@ class Store:
             finally:
                 if raw is not None:
                     raw.execute("PRAGMA foreign_keys = ON")
+
+    def _lock_migrations(self, conn: Connection) -> None:
+        """Take the migration lock for this transaction, waiting at most the session's own
+        ``lock_timeout`` (URL options, role settings), else MIGRATION_LOCK_WAIT: a session that
+        holds it for good (a stuck migration, a debugging psql) must not stall a start
+        forever. The error names the holder."""
+        wait = conn.exec_driver_sql("SHOW lock_timeout").scalar()
+        if wait in (None, "0"):
+            wait = f"{MIGRATION_LOCK_WAIT}s"
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{wait}'")
+        try:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
+                raise
+            raise StoreError(
+                f"cannot migrate {self.url}: waited {wait} for its migration lock, held by "
+                f"another session ({self._lock_holder()}); end that session or try again"
+            ) from None
+
+    def _lock_holder(self) -> str:
+        """Who holds the migration lock, as pg_stat_activity names them (best effort)."""
+        key = _MIGRATION_LOCK_KEY & 0xFFFF_FFFF_FFFF_FFFF  # as pg_locks splits it: two oids
+        query = text(
+            "SELECT a.pid, a.application_name, a.client_addr, a.client_port, a.usename "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.classid::bigint = :hi AND l.objid::bigint = :lo "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(query, {"hi": key >> 32, "lo": key & 0xFFFF_FFFF}).first()
+        except DBAPIError as exc:
+            return f"holder unknown: {self._redact(one_line(exc))}"
+        if row is None:
+            return "holder unknown: it has just let go"
+        pid, app, addr, port, user = row
+        client = "local socket" if addr is None else f"{addr}:{port}"
+        return f"pid {pid}, application_name {app!r}, user {user!r}, client {client}"
 
     def close(self) -> None:
         self.engine.dispose()
