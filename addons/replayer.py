@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import sys
-import time
 from collections.abc import Sequence
 
 from mitmproxy import ctx, exceptions, http, tls
@@ -28,6 +27,7 @@ from ssetape.addons.options import (
     store_redactor,
 )
 from ssetape.addons.recorder import REPLAYED, Recorder
+from ssetape.recording.clock import monotonic_of
 from ssetape.redactor import Redactor
 from ssetape.replay.request_index import Miss, RequestIndex
 from ssetape.storage.store import Store
@@ -184,7 +184,7 @@ class Replayer:
         if flow.response is not None or not self._replaying() or self.index is None:
             return
         req = flow.request
-        t0 = req.timestamp_end or time.time()
+        t0 = monotonic_of(req.timestamp_end)
         index = self.index
         try:
             # A known request with a small body is matched right here, as the direct

@@ -96,7 +96,7 @@ class Header(StrEnum):
     forwarder and the cassette server, and on replay misses."""
 
     EXCHANGE = "x-ssetape-exchange"  # the recording to play
-    T0 = "x-ssetape-t0"  # when the proxy had the whole request (time.time())
+    T0 = "x-ssetape-t0"  # when the proxy had the whole request (time.monotonic())
     SPEED = "x-ssetape-speed"
     TOKEN = "x-ssetape-token"  # only the proxy may ask the timed server for recordings
     HOST = "x-ssetape-host"  # the host a forwarded request was meant for

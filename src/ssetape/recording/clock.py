@@ -12,7 +12,11 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-__all__ = ["since", "started_at", "ticks"]
+__all__ = ["monotonic_of", "since", "started_at", "ticks"]
+
+# How old a wall-clock stamp may be taken to be: past this the wall clock stepped between the
+# stamp and now, and "now" is the better offset zero.
+_MAX_AGE = 60.0
 
 
 def ticks() -> int:
@@ -30,3 +34,14 @@ def started_at(wall: float | None = None) -> datetime:
     """When an exchange began, on the wall clock: ``wall`` (a ``time.time()`` value the proxy
     stamped), else now."""
     return datetime.fromtimestamp(time.time() if wall is None else wall, UTC)
+
+
+def monotonic_of(wall: float | None) -> float:
+    """A wall-clock stamp (mitmproxy's ``timestamp_end``) as a ``time.monotonic()`` value, the
+    offset zero a replay is timed from: it is the same clock in every process of the machine,
+    so the proxy can hand it to a timed server, and no step of the wall clock during a replay
+    moves it. Only the stamp's age is read on the wall clock, at once (bounded to 0-60 s)."""
+    now = time.monotonic()
+    if wall is None:
+        return now
+    return now - min(max(time.time() - wall, 0.0), _MAX_AGE)

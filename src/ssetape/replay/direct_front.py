@@ -70,7 +70,7 @@ class DirectFront:
         headers: dict[bytes, bytes],
         body: bytes,
     ) -> bool:
-        t0 = time.time()  # offset zero: the whole request is here
+        t0 = time.monotonic()  # offset zero: the whole request is here
         if len(request_line) < 2:
             error_response(writer, 400, "ssetape: malformed request line")
             return False

@@ -173,10 +173,11 @@ class Player:
         t0: float,
         speed: float,
     ) -> bool:
-        """Write ``playback`` with its recorded timing from ``t0`` (a ``time.time()`` value)."""
+        """Write ``playback`` with its recorded timing from ``t0`` (a ``time.monotonic()``
+        value: see :func:`ssetape.recording.clock.monotonic_of`)."""
         loop = asyncio.get_running_loop()
         # Deadlines are absolute (loop clock), so late wake-ups never add up.
-        base = loop.time() - (time.time() - t0)
+        base = loop.time() - (time.monotonic() - t0)
 
         async def at(offset: float) -> None:
             if speed > 0:

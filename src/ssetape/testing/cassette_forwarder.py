@@ -15,10 +15,10 @@ import argparse
 import asyncio
 import sys
 import threading
-import time
 
 from mitmproxy import http
 
+from ssetape.recording.clock import monotonic_of
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.vocabulary import Header
 
@@ -30,7 +30,7 @@ class CassetteForwarder:
     def request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         req.headers[Header.HOST] = req.host
-        req.headers[Header.T0] = repr(req.timestamp_end or time.time())
+        req.headers[Header.T0] = repr(monotonic_of(req.timestamp_end))
         req.scheme, req.host, req.port = "http", "127.0.0.1", self.target_port
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:

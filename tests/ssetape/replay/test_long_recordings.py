@@ -52,7 +52,7 @@ async def replay(player: Player, xid: int, speed: float, pause: float = 0) -> tu
     seconds; and how many pages the player had read by the end of the pause."""
 
     async def respond(writer: asyncio.StreamWriter, line: list[bytes], *_: object) -> bool:
-        return await player.play_recording(writer, line[0], xid, time.time(), speed)
+        return await player.play_recording(writer, line[0], xid, time.monotonic(), speed)
 
     server = HttpServer(respond)
     port = await server.start("127.0.0.1", 0)

@@ -42,7 +42,7 @@ def record(store: Store, uid: str, *, state: str) -> None:
 async def replay(player: Player, xid: int, speed: float, late: float) -> list[tuple[float, bytes]]:
     """Play exchange ``xid`` to a real client; ``late``: how long before the request was
     handled its offset zero was (the proxy measured it)."""
-    t0 = time.time() - late
+    t0 = time.monotonic() - late
 
     async def respond(writer: asyncio.StreamWriter, line: list[bytes], *_: object) -> bool:
         return await player.play_recording(writer, line[0], xid, t0, speed)
@@ -53,7 +53,7 @@ async def replay(player: Player, xid: int, speed: float, late: float) -> list[tu
     writer.write(b"POST /v1/x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
     got: list[tuple[float, bytes]] = []
     while data := await reader.read(65536):  # until the server closes
-        got.append((time.time() - t0, data))
+        got.append((time.monotonic() - t0, data))
     writer.close()
     await server.stop()
     return got
