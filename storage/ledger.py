@@ -40,6 +40,10 @@ class Ledger:
         self.stats = WriterStats()
         self.max_pending = max_pending
         self.closed = False
+        # abandon() counted every op still outstanding as lost, at once: from then on the
+        # writer's late news of those ops (dropped, or committed after all) must not count
+        # them again, so each op is settled exactly once.
+        self.sealed = False
         self.overflowing = False  # rows were refused since the writer last looked
         self._pending = 0  # rows (and exchange ops) taken in, not yet committed or dropped
         self._waiting = {EVENTS_OP: 0, CHUNKS_OP: 0, BEGIN: 0}  # the same, by kind
@@ -83,8 +87,9 @@ class Ledger:
         """An op taken in will never be stored."""
         n = cost(op)
         with self.lock:
-            self._count_dropped(op[0], n)
-            self._settle(op[0], n)
+            if not self.sealed:
+                self._count_dropped(op[0], n)
+                self._settle(op[0], n)
             if op[0] in ROWS:
                 self._gap(op[0], op[1], op[2])
             if op[0] == FINISH:
@@ -96,10 +101,15 @@ class Ledger:
         """A transaction committed ``exchange_ops`` ops (``begins`` of them begins) that
         inserted ``new`` exchange rows, and those rows."""
         with self.lock:
-            self._settle(EVENTS_OP, events)
-            self._settle(CHUNKS_OP, chunks)
-            self._pending -= exchange_ops
-            self._waiting[BEGIN] -= begins
+            if self.sealed:  # counted lost by abandon(), stored after all: moved across
+                self.stats.dropped_events -= events
+                self.stats.dropped_chunks -= chunks
+                self.stats.dropped_exchanges -= begins
+            else:
+                self._settle(EVENTS_OP, events)
+                self._settle(CHUNKS_OP, chunks)
+                self._pending -= exchange_ops
+                self._waiting[BEGIN] -= begins
             self.stats.batches += 1
             self.stats.exchanges += new
             self.stats.events += events
@@ -113,32 +123,31 @@ class Ledger:
             self.stats.failed_batches += 1
             self.stats.last_error = message
 
-    def file_lost(self, reopened: int) -> tuple[int, int]:
-        """The store file was deleted or replaced: what was committed into it is gone,
-        except the ``reopened`` exchanges begun again in the new file. (events, exchanges)
-        lost."""
+    def file_lost(self) -> tuple[int, int]:
+        """The store file was deleted or replaced: what was committed into it is gone.
+        (events, exchanges) lost; the open ones among those may come back (reopened)."""
         with self.lock:
             gen, self.generation = self.generation, dict.fromkeys(self.generation, 0)
-            lost_exchanges = max(0, gen[BEGIN] - reopened)
             self.stats.events -= gen[EVENTS_OP]
             self.stats.chunks -= gen[CHUNKS_OP]
             self.stats.exchanges -= gen[BEGIN]
             self.stats.dropped_events += gen[EVENTS_OP]
             self.stats.dropped_chunks += gen[CHUNKS_OP]
-            self.stats.dropped_exchanges += lost_exchanges
-            return gen[EVENTS_OP], lost_exchanges
+            self.stats.dropped_exchanges += gen[BEGIN]
+            return gen[EVENTS_OP], gen[BEGIN]
 
     def reopened(self, n: int) -> None:
-        """``n`` open exchanges were begun again in a new store file."""
+        """``n`` open exchanges lost with a store file were begun again in a new one."""
         with self.lock:
             self.stats.exchanges += n
+            self.stats.dropped_exchanges -= n
             self.generation[BEGIN] += n
 
     def abandon(self) -> tuple[int, int]:
         """Closing while the writer is stuck in the store: everything taken in and not
         committed is lost. (events, chunks) lost."""
         with self.lock:
-            self.closed = True
+            self.closed = self.sealed = True
             events, chunks = self._waiting[EVENTS_OP], self._waiting[CHUNKS_OP]
             self.stats.dropped_events += events
             self.stats.dropped_chunks += chunks

@@ -57,7 +57,6 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _REJECT_LOG_INTERVAL = 60.0
 _CHECKPOINT_ROWS = 5_000
 _TRANSIENT = frozenset(("OperationalError", "InterfaceError", "TimeoutError", "StoreUnwritable"))
-LOST_WITH_FILE = "events recorded before the store file was deleted or replaced went with it"
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -363,7 +362,7 @@ class Writer:
         for op in ops:
             self._drop(op)
         lost = [sum(len(op[2]) for op in ops if op[0] == kind) for kind in TABLES]
-        if any(lost):
+        if any(lost) and not self._ledger.sealed:  # else close() counted and logged them
             log.warning(
                 f"ssetape storage: closed while {self._store.url} was unavailable; "
                 f"{lost[0]} events and {lost[1]} chunks were not stored"
@@ -383,32 +382,8 @@ class Writer:
         self._failing += outage
 
     def _check_file(self) -> None:
-        """An SQLite store file deleted or replaced: start a fresh one at the path, count
-        what went with the old one, and begin the open exchanges again in the new one."""
-        why = self._file.vanished() if self._file is not None else None
         if self._file is not None:
-            self._file.check_writable()
-        if why is None or self._file is None:
-            return
-        self._file.recreate()  # a failure here is an outage like any other: retried
-        self._ids.clear()  # ids of the old file
-        ops: list[Op] = [
-            (BEGIN, uid, {**fields, "gap_seq": 0, "error": LOST_WITH_FILE})
-            for uid, fields in self._fields.items()
-        ]
-        batch = Batch(ops, {})
-        if ops:
-            batch.apply(self._engine, self._sql)
-        self._ids.update(batch.ids)
-        for uid in batch.ids:  # their finish must say it, and replay must stop at the start
-            self._ledger.lost_before(uid, LOST_WITH_FILE)
-        events, exchanges = self._ledger.file_lost(batch.new)
-        self._ledger.reopened(batch.new)
-        log.error(
-            f"ssetape storage: {self._file.path} {why} while recording; {events} events and "
-            f"{exchanges} exchanges went with it; recording goes on into a new "
-            f"{self._file.path}"
-        )
+            self._file.follow(self._ledger, self._ids, self._fields, self._engine, self._sql)
 
     def _commit(self, ops: list[Op], *, careful: bool = False) -> None:
         """Apply ``ops`` in one transaction (see Batch), then update ids and counters."""

@@ -64,8 +64,10 @@ def start_ssetape(
     env: dict[str, str] | None = None,
     timeout: float = 30,
     fds: int | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> Proc:
-    """``ssetape <args>`` until it listens; ``fds``: its descriptor limit (soft and hard)."""
+    """``ssetape <args>`` until it listens; ``fds``: its descriptor limit (soft and hard);
+    ``prefix``: a command that runs it (``setpriv ... --``)."""
 
     def limit() -> None:
         if fds is not None:
@@ -73,7 +75,7 @@ def start_ssetape(
 
     # From an empty folder, as a user would: nothing may depend on ./ssetape.db.
     proc = subprocess.Popen(
-        [SSETAPE, *args],
+        [*prefix, SSETAPE, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},

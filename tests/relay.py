@@ -2,7 +2,8 @@
 
 While frozen, the relay keeps every connection open but moves no byte either way, and new
 connections are accepted but not carried on: what a dead route or a stuck middlebox does to
-a client, which never hears a refusal.
+a client, which never hears a refusal. While blackholed, it reads and drops every byte, on
+the connections it carries and on new ones, which it never carries on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Relay:
         self.port: int = self._listener.getsockname()[1]
         self._flowing = threading.Event()
         self._flowing.set()
+        self._dropping = threading.Event()
         self._closed = False
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -31,6 +33,14 @@ class Relay:
             yield
         finally:
             self._flowing.set()
+
+    @contextlib.contextmanager
+    def blackholed(self) -> Iterator[None]:
+        self._dropping.set()
+        try:
+            yield
+        finally:
+            self._dropping.clear()
 
     def close(self) -> None:
         self._closed = True
@@ -50,6 +60,11 @@ class Relay:
 
     def _carry(self, client: socket.socket) -> None:
         self._flowing.wait()
+        if self._dropping.is_set():
+            with contextlib.suppress(OSError):
+                while client.recv(65536):
+                    pass
+            return
         try:
             server = socket.create_connection(self.target)
         except OSError:
@@ -63,7 +78,8 @@ class Relay:
         try:
             while data := src.recv(65536):
                 self._flowing.wait()  # frozen: hold it, never refuse
-                dst.sendall(data)
+                if not self._dropping.is_set():
+                    dst.sendall(data)
         except OSError:
             pass
         finally:

@@ -185,3 +185,29 @@ def test_work_is_linear_in_the_input() -> None:
 def test_max_element_must_be_positive() -> None:
     with pytest.raises(ValueError):
         JsonArrayParser(max_element=0)
+
+
+# Bracket-dense values: deep and shallow nests, strings holding brackets, in any mix.
+DENSE = st.recursive(
+    st.one_of(
+        st.integers(-(2**63), 2**63 - 1), st.sampled_from(["[", "]", "{", "}", '"', "x"]), st.none()
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=6), st.dictionaries(st.sampled_from("ab[]{}"), inner, max_size=3)
+    ),
+    max_leaves=200,
+)
+
+
+@given(
+    st.lists(DENSE, min_size=1, max_size=8),
+    st.lists(st.integers(1, 300), min_size=1, max_size=5),
+    st.integers(0, 300),
+)
+def test_bracket_dense_elements_split_exactly_under_any_chunking(
+    values: list[object], sizes: list[int], deep: int
+) -> None:
+    elements = [orjson.dumps(v) for v in values]
+    elements.append(b"[" * deep + b"1" + b"]" * deep)  # deeper than a window of 64 bytes
+    out, _ = run(b"[" + b",".join(elements) + b"]", sizes)
+    assert out == elements

@@ -24,7 +24,8 @@ from sqlalchemy.engine import make_url
 
 from ssetape.records import EventRow
 from ssetape.storage.store import Store
-from ssetape.storage.writer import LOST_WITH_FILE, Writer
+from ssetape.storage.store_file import LOST_WITH_FILE
+from ssetape.storage.writer import Writer
 from tests.addons.stores import pg_schema
 from tests.relay import Relay
 from tests.storage.test_writer import stored, uid

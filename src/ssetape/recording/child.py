@@ -16,24 +16,46 @@ import threading
 import time
 from typing import IO
 
-from ssetape.recording.protocol import Counts, FinalCounts, Report, decode_report
+from ssetape.recording.protocol import (
+    Counts,
+    FinalCounts,
+    Message,
+    Report,
+    decode_report,
+    encode_frame,
+)
 
 __all__ = ["PIPE_SIZE", "Child"]
 
 log = logging.getLogger("ssetape.recorder")
 
 PIPE_SIZE = 1 << 20
+CONTROL_SIZE = 256 << 10  # room for where a few thousand streams break off
 
 
 class Child:
     """One recording process and the thread that reads its reports."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ssetape.recording.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        # Its other pipe, for the last word only: when it did not take the rest of stdin in
+        # time, what it will never get (see RecordLink.close). Empty until then, so that
+        # word never waits behind the backlog.
+        tell, self._control = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ssetape.recording.worker", str(tell)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                pass_fds=(tell,),
+            )
+        except BaseException:
+            os.close(self._control)
+            raise
+        finally:
+            os.close(tell)
+        os.set_blocking(self._control, False)
+        with contextlib.suppress(OSError, AttributeError):
+            fcntl.fcntl(self._control, fcntl.F_SETPIPE_SZ, CONTROL_SIZE)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin = self.proc.stdin
         self.fd = self.stdin.fileno()
@@ -56,6 +78,27 @@ class Child:
             target=self._read, args=(self.proc.stdout,), name="ssetape-link", daemon=True
         )
         self.reader.start()
+
+    def tell(self, batch: list[Message]) -> bool:
+        """Write ``batch`` on its other pipe, whole or not at all; False if it does not fit."""
+        frame = encode_frame(batch)
+        try:
+            room = fcntl.fcntl(self._control, fcntl.F_GETPIPE_SZ)
+        except (OSError, AttributeError):  # Linux only: elsewhere, what POSIX guarantees
+            room = 512
+        if len(frame) > room:
+            return False
+        try:
+            return os.write(self._control, frame) == len(frame)  # an empty pipe: whole
+        except OSError:
+            return False
+
+    def close_control(self) -> None:
+        """Its other pipe ends here: it reads that after its stdin ends."""
+        if self._control >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._control)
+            self._control = -1
 
     def _read(self, out: IO[bytes]) -> None:
         try:

@@ -9,20 +9,23 @@ their exchange says how many bytes it misses, and its capture resumes at the nex
 the traffic is never slowed.
 
 If the recording process dies, the exchanges it had in flight are counted as lost, a new one
-is started (backing off if it keeps dying), and traffic is untouched throughout.
+is started (backing off if it keeps dying), and traffic is untouched throughout. If at the
+end it does not take what is left in time (stopped, or too slow), what it never got is
+counted and told to it on a pipe of its own (see ``recording.backlog``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import select
 import time
-from collections import deque
 from typing import Any
 
+from ssetape.recording.backlog import Backlog
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.child import PIPE_SIZE, Child
 from ssetape.recording.event_count import EventCount
@@ -79,10 +82,7 @@ class RecordLink:
         self._batch_bytes = 0
         self._batch_events = 0  # in the batch's chunks, as the store counts them
         self._events = EventCount()
-        self._out = bytearray()  # framed batches the pipe has not taken yet
-        # Per frame in _out: [bytes not yet written, its events]; a frame's events count as
-        # handed over once the pipe took all of it (a recording process reads whole frames).
-        self._frames: deque[list[int]] = deque()
+        self._out = Backlog()  # framed batches the pipe has not taken yet
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching = False
@@ -225,17 +225,7 @@ class RecordLink:
         if child is None:
             self._drop(batch, events)
             return
-        for msg in batch:
-            if msg[0] == BEGIN:
-                child.open.add(msg[1])
-            elif msg[0] == FINISH:
-                child.open.discard(msg[1])
-                child.finishing.add(msg[1])
-            elif msg[0] == LOSSES:
-                child.told += msg[2]
-        frame = encode_frame(batch)
-        self._out += frame
-        self._frames.append([len(frame), events])
+        self._out.add(batch, events, child)
         self._write()
 
     def _drop(self, batch: list[Message], events: int) -> None:
@@ -257,26 +247,13 @@ class RecordLink:
             return
         try:
             while self._out:
-                n = os.write(child.fd, self._out)
-                del self._out[:n]  # cheap: CPython trims a bytearray's front in place
-                self._taken(child, n)
+                child.handed += self._out.taken(os.write(child.fd, self._out.out))
         except BlockingIOError:
             pass
         except OSError:
             self._bury(child)
             return
         self._watch(bool(self._out))
-
-    def _taken(self, child: Child, n: int) -> None:
-        """The pipe took ``n`` more bytes: frames it took whole are handed over."""
-        frames = self._frames
-        while n and frames:
-            first = frames[0]
-            took = min(n, first[0])
-            first[0] -= took
-            n -= took
-            if first[0] == 0:
-                child.handed += frames.popleft()[1]
 
     def _watch(self, on: bool) -> None:
         """Have the loop call :meth:`_write` when the pipe takes more."""
@@ -301,8 +278,7 @@ class RecordLink:
             return
         self._restart_at = time.monotonic() + self._backoff
         config = encode_frame([(CONFIG, self._cfg)])
-        self._out[:0] = config  # always its first frame
-        self._frames.appendleft([len(config), 0])
+        self._out.first(config)
         self._write()  # it opens the store while the proxy starts
 
     def _ready_child(self) -> Child | None:
@@ -328,10 +304,8 @@ class RecordLink:
         self._child = None
         # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
         unfinished = len(child.open) + len(child.finishing)
-        unsent = sum(events for _, events in self._frames)
-        self._count_lost(exchanges=unfinished, events=unsent)
+        self._count_lost(exchanges=unfinished, events=self._out.events())
         self._out.clear()
-        self._frames.clear()
         # Its reader thread reaps it (poll() here would race that wait); a dead process is
         # reaped at once, so this only waits for one that closed the pipe but lives on.
         code: int | str | None = child.proc.returncode if child.ended.wait(0.5) else None
@@ -352,6 +326,7 @@ class RecordLink:
         )
         with contextlib.suppress(OSError):
             child.stdin.close()
+        child.close_control()
 
     def detach(self) -> None:
         """From now on :meth:`close` runs in another thread: no more loop callbacks (call
@@ -381,8 +356,10 @@ class RecordLink:
             self._write()
             if self._child is None:
                 return None
+        untold = self._strand(child) if self._out and not child.ended.is_set() else None
         with contextlib.suppress(OSError):
             child.stdin.close()
+        child.close_control()
         # Its own deadline: the store may need its writer's whole grace (10 s) plus the
         # run row's (5 s) after a long drain.
         if not child.ended.wait(EXIT_GRACE):
@@ -395,9 +372,33 @@ class RecordLink:
             self._count_lost(exchanges=len(child.open) + len(child.finishing))
             self._retire(child)
             final = FinalCounts(saved=False, last_failure="it died before its final report")
+        elif untold is not None:  # in the exit line at least (its run row misses them)
+            final = dataclasses.replace(
+                final,
+                exchanges_lost=final.exchanges_lost + untold[0],
+                events_lost=final.events_lost + untold[1],
+            )
         # Exact counts of the processes that died, from the store (this runs off the loop).
         self.retired.settle(self._cfg.db, deadline=self._cfg.deadline)
         return final
+
+    def _strand(self, child: Child) -> tuple[int, int] | None:
+        """Closing, and the recording process did not take the rest in time: what it will
+        never get is lost, counted here and told to it on its other pipe; (exchanges,
+        events) if it could not be told."""
+        rest = self._out.strand()
+        self.lost_exchanges += rest.own_exchanges
+        self.lost_events += rest.own_events
+        child.told += rest.own_events  # if it dies before it reads them, counted as told
+        told = child.tell(rest.trailer) or child.tell(rest.short)
+        log.error(
+            "ssetape: the recording process did not take the last %d event(s) and %d "
+            "exchange(s) in time (stopped, or too slow); counted lost%s",
+            rest.events,
+            rest.exchanges,
+            "" if told else " here only: it could not be told",
+        )
+        return None if told else (rest.exchanges, rest.events)
 
     def _retire(self, child: Child) -> None:
         self.retired.add(

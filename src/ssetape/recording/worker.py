@@ -54,6 +54,7 @@ from ssetape.vocabulary import ExchangeState
 log = logging.getLogger("ssetape.recorder")
 
 PROXY_GONE = "the proxy process ended before the exchange did (killed?)"
+NOT_TAKEN = "the recorder stopped before the recording process took the exchange's end"
 REPORT_EVERY = 0.5
 FELL_BEHIND = "the recording process fell behind"
 NICE = 10
@@ -270,10 +271,11 @@ class RecordWorker:
                 "flight marked interrupted",
                 len(self.open),
             )
+        why = NOT_TAKEN if self.closed else PROXY_GONE
         for uid in list(self.open):
             capture = self.captures.get(uid)
             end = capture.offset if capture is not None else 0
-            self.finish(uid, end, {"state": ExchangeState.INTERRUPTED, "error": PROXY_GONE})
+            self.finish(uid, end, {"state": ExchangeState.INTERRUPTED, "error": why})
         self.live.flush()
         self.writer.close()
         # After the writer: the final counts include what it gave up on.
@@ -342,6 +344,12 @@ def main() -> int:
         worker.handle_batch(batch)
         if worker.closed:
             break
+    if not worker.closed and len(sys.argv) > 1:
+        # Its stdin ended early: the proxy gave up on what this process did not take in
+        # time and tells, on the other pipe, what that was (nothing if it was killed).
+        with os.fdopen(int(sys.argv[1]), "rb") as control:
+            for batch in read_frames(control):
+                worker.handle_batch(batch)
     final = worker.stop()
     reporting.set()
     channel.send(Report.FINAL, final)  # if the proxy is gone, the run row holds the same counts
