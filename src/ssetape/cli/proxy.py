@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,9 @@ from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import RecordMode
 
 
-def run_proxy(
+def proxy_runner(
     addons: list[Any],
     *,
-    what: str,
     db: str,
     mode: str,
     host: str,
@@ -36,8 +36,9 @@ def run_proxy(
     redact_field: tuple[str, ...],
     profiles: dict[str, str],
     extra: dict[str, Any],
-) -> None:
-    """Run mitmproxy with ``addons`` and the options of ``proxy_options`` plus ``extra``."""
+    on_ready: Callable[[str, int], None],
+) -> ProxyRunner:
+    """mitmproxy with ``addons`` and the options of ``proxy_options`` plus ``extra``."""
     options = {
         "ssetape_db": db,
         "ssetape_redact_header": list(redact_header),
@@ -45,7 +46,46 @@ def run_proxy(
         "ssetape_profile": [f"{host}={name}" for host, name in profiles.items()],
         **extra,
     }
-    mode = validate_mode(mode)
+    return ProxyRunner(
+        addons,
+        mode=validate_mode(mode),
+        host=host,
+        port=port,
+        confdir=confdir,
+        options=options,
+        sets=sets,
+        on_ready=on_ready,
+    )
+
+
+def recording_runner(
+    on_ready: Callable[[str, int], None], **common: Any
+) -> tuple[ProxyRunner, Recorder]:
+    """The proxy of `ssetape record` (and of `ssetape run`) and its recorder."""
+    recorder = Recorder()
+    # The upstream is dialled once a request head is complete, not when a client connects:
+    # a reverse proxy that dials at once drops the client without a word when the upstream
+    # is down (dialled per request, the client gets a 502 naming it and the exchange is
+    # recorded as failed with the cause), and a client that never sends a head would hold
+    # two descriptors instead of one.
+    lazy = {"connection_strategy": "lazy"}
+    runner = proxy_runner([ConnectionGuard(), recorder], extra=lazy, on_ready=on_ready, **common)
+    return runner, recorder
+
+
+def serve(runner: ProxyRunner) -> None:
+    """Run ``runner`` until it is stopped; a one-line error if it cannot start."""
+    try:
+        asyncio.run(runner.run())
+    except ProxyStartError as e:
+        raise click.ClickException(str(e)) from None
+    except OSError as e:
+        where = f"{runner.host}:{runner.port}"
+        raise click.ClickException(f"cannot listen on {where}: {e.strerror}") from None
+
+
+def announce(what: str, db: str, mode: str) -> Callable[[str, int], None]:
+    """The line a proxy command prints once it listens (tests and scripts wait for it)."""
 
     def ready(h: str, p: int) -> None:
         how = (
@@ -56,39 +96,25 @@ def run_proxy(
         click.echo(f"ssetape {what}: listening on http://{h}:{p} ({mode}); db {shown(db)}; {how}")
         sys.stdout.flush()
 
-    runner = ProxyRunner(
-        addons,
-        mode=mode,
-        host=host,
-        port=port,
-        confdir=confdir,
-        options=options,
-        sets=sets,
-        on_ready=ready,
-    )
-    try:
-        asyncio.run(runner.run())
-    except ProxyStartError as e:
-        raise click.ClickException(str(e)) from None
-    except OSError as e:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return ready
+
+
+def exit_report(recorder: Recorder, *, err: bool = False) -> None:
+    """The recorder's counts line. A warning (something lost) was already logged; the clean
+    count is for the user too."""
+    if recorder.exit_line and not recorder.exit_warned:
+        click.echo(recorder.exit_line, err=err)
 
 
 @click.command()
 @proxy_options
 def record(**common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
-    recorder = Recorder()
-    # The upstream is dialled once a request head is complete, not when a client connects:
-    # a reverse proxy that dials at once drops the client without a word when the upstream
-    # is down (dialled per request, the client gets a 502 naming it and the exchange is
-    # recorded as failed with the cause), and a client that never sends a head would hold
-    # two descriptors instead of one.
-    lazy = {"connection_strategy": "lazy"}
-    run_proxy([ConnectionGuard(), recorder], what="record", extra=lazy, **common)
-    # A warning (something lost) was already logged; the clean count is for the user too.
-    if recorder.exit_line and not recorder.exit_warned:
-        click.echo(recorder.exit_line)
+    runner, recorder = recording_runner(
+        announce("record", common["db"], validate_mode(common["mode"])), **common
+    )
+    serve(runner)
+    exit_report(recorder)
 
 
 @click.command()
@@ -143,9 +169,9 @@ def replay(
         )  # fmt: skip
         return
     replayer = Replayer()
-    run_proxy(
+    runner = proxy_runner(
         [ConnectionGuard(), replayer, Recorder()],
-        what="replay",
+        on_ready=announce("replay", db, validate_mode(mode)),
         extra={
             "ssetape_speed": repr(speed),
             "ssetape_record_mode": record_mode,
@@ -157,6 +183,7 @@ def replay(
         },
         **common,
     )
+    serve(runner)
     if replayer.hits or replayer.misses:
         click.echo(f"ssetape: replayed {replayer.hits}, missed {replayer.misses}")
 
@@ -235,5 +262,10 @@ def ca(confdir: str, bundle: Path | None) -> None:
     click.echo("Trust it for HTTPS recording, e.g. Python/httpx: SSL_CERT_FILE=<bundle>,")
     click.echo("requests: REQUESTS_CA_BUNDLE=<bundle>, Node: NODE_EXTRA_CA_CERTS=" + str(pem))
     if bundle is not None:
-        bundle.write_bytes(Path(certifi.where()).read_bytes() + b"\n" + pem.read_bytes())
+        bundle.write_bytes(ca_bundle(pem))
         click.echo(f"bundle (system roots + CA) written to {bundle}")
+
+
+def ca_bundle(pem: Path) -> bytes:
+    """Trusted roots (certifi's) plus the proxy's CA: one file for SSL_CERT_FILE and kin."""
+    return Path(certifi.where()).read_bytes() + b"\n" + pem.read_bytes()
