@@ -1,4 +1,5 @@
-"""Which exchanges a command works on: the filters shared by list, stats and export."""
+"""Which exchanges a reader works on: the filters shared by list, stats, export and the web
+viewer (where they live in the page's URL)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy import Select, or_
 
 from ssetape.storage.models import Exchange
 
-__all__ = ["Filters", "parse_since"]
+__all__ = ["ExchangeFilter", "Filters", "parse_since"]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
@@ -40,12 +41,15 @@ def parse_since(text: str, now: dt.datetime | None = None) -> dt.datetime:
 
 
 @dataclasses.dataclass(frozen=True)
-class Filters:
+class ExchangeFilter:
+    """The exchanges a reader asks for; every field left None matches all."""
+
     api: str | None = None
-    model: str | None = None
+    model: str | None = None  # exact or prefix
     outcome: str | None = None
+    host: str | None = None
     since: dt.datetime | None = None
-    grep: str | None = None
+    text: str | None = None  # in the output text or the path
 
     def apply(self, stmt: S) -> S:
         if self.api:
@@ -60,20 +64,28 @@ class Filters:
             )
         if self.outcome:
             stmt = stmt.where(Exchange.outcome == self.outcome)
+        if self.host:
+            # Hosts are stored as the proxy saw them: lower case.
+            stmt = stmt.where(Exchange.host == self.host.lower())
         if self.since:
             stmt = stmt.where(Exchange.started_at >= self.since)
-        if self.grep:
+        if self.text:
             stmt = stmt.where(
                 or_(
-                    Exchange.output_text.contains(self.grep, autoescape=True),
-                    Exchange.path.contains(self.grep, autoescape=True),
+                    Exchange.output_text.contains(self.text, autoescape=True),
+                    Exchange.path.contains(self.text, autoescape=True),
                 )
             )
         return stmt
 
     @classmethod
-    def pop(cls, kwargs: dict[str, Any]) -> Filters:
-        """Take the filter options out of a command's keyword arguments."""
+    def pop(cls, kwargs: dict[str, Any]) -> ExchangeFilter:
+        """Take the filter options out of a command's keyword arguments (see
+        ``cli.options.filter_options``); those a command does not take stay None."""
         return cls(
             **{field.name: kwargs.pop(field.name, None) for field in dataclasses.fields(cls)}
         )
+
+
+# The name the commands used first.
+Filters = ExchangeFilter

@@ -1,26 +1,38 @@
 """What the front ends read: one typed, paged query layer over the store.
 
-Every reader (`list`, `show`, HAR export, the web viewer to come) asks here, never in SQL of
-its own. Rows of an exchange are read in pages keyed on ``seq`` (``seq > last`` with a limit:
+Every reader (`list`, `show`, `stats`, HAR export, the web viewer) asks here, never in SQL of
+its own. Exchanges come newest first in keyset pages: a page after exchange N is the index
+range below N's (started_at, id), as fast on the millionth page as on the first (no OFFSET).
+
+Rows of an exchange are read in pages keyed on ``seq`` (``seq > last`` with a limit:
 an index range, however far into a stream of millions), each page in a short session of its
 own, so a reader holds one page at a time and never a snapshot of the whole stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, and_, func, or_, select
 
-from ssetape.storage.filters import Filters
-from ssetape.storage.models import Chunk, Event, Exchange
+from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.store import Store
 
-__all__ = ["PAGE", "EventSpan", "Queries", "RawEvent", "Timing"]
+__all__ = ["GROUP_BY", "PAGE", "EventSpan", "Queries", "RawEvent", "StatRow", "Timing"]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
+
+# The columns `ssetape stats --by` groups on.
+GROUP_BY = {
+    "model": Exchange.model,
+    "host": Exchange.host,
+    "api": Exchange.api,
+    "outcome": Exchange.outcome,
+    "status": Exchange.status,
+}
 
 # Rows a page holds: big enough that a page costs one round trip per thousand rows, small
 # enough that a page of large events stays a few megabytes.
@@ -55,6 +67,21 @@ class RawEvent(NamedTuple):
     raw: bytes
 
 
+class StatRow(NamedTuple):
+    """What `ssetape stats` counts of one exchange; ``group`` is its value of the grouping
+    column (its id when not grouped)."""
+
+    group: Any
+    outcome: str | None
+    status: int | None
+    state: str
+    ttfb_us: int | None
+    ttft_us: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    tokens_per_s: float | None
+
+
 class Queries:
     """Reads for the front ends; nothing here writes."""
 
@@ -69,11 +96,111 @@ class Queries:
         return self.store.exchange(id_or_uid)
 
     def exchanges(
-        self, filters: Filters | None = None, *, limit: int | None = None, newest_first: bool = True
+        self,
+        filters: ExchangeFilter | None = None,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+        newest_first: bool = True,
     ) -> list[Exchange]:
-        """Exchanges matching ``filters``, by start time."""
-        where = filters.apply if filters is not None else None
-        return self.store.exchanges(limit=limit, order_desc=newest_first, where=where)
+        """Exchanges matching ``filters`` by start time, newest first unless told otherwise.
+
+        ``before`` (newest first only) is the id of the last exchange of the previous page:
+        this page starts right after it. Its keyset, (started_at, id), is read in the query
+        itself, so the page is one range scan of the started_at index (which holds the id
+        too: SQLite's rowid, PostgreSQL's sort on the few rows sharing a time)."""
+        if newest_first:
+            order = (Exchange.started_at.desc(), Exchange.id.desc())
+        else:
+            order = (Exchange.started_at.asc(), Exchange.id.asc())
+        stmt = select(Exchange).order_by(*order)
+        if filters is not None:
+            stmt = filters.apply(stmt)
+        if before is not None:
+            at = select(Exchange.started_at).where(Exchange.id == before).scalar_subquery()
+            # Written as a range on started_at first, so that both backends use the index.
+            stmt = stmt.where(
+                Exchange.started_at <= at,
+                or_(
+                    Exchange.started_at < at,
+                    and_(Exchange.started_at == at, Exchange.id < before),
+                ),
+            )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self.store.Session() as s:
+            return list(s.scalars(stmt))
+
+    def exchanges_by_id(self, ids: list[int]) -> list[Exchange]:
+        """These exchanges (those that exist), by id."""
+        if not ids:
+            return []
+        stmt = select(Exchange).where(Exchange.id.in_(ids)).order_by(Exchange.id)
+        with self.store.Session() as s:
+            return list(s.scalars(stmt))
+
+    def exchanges_after(
+        self, after_id: int, filters: ExchangeFilter | None = None, *, limit: int = 100
+    ) -> list[Exchange]:
+        """Exchanges stored after exchange ``after_id``, oldest first (ids only grow): what a
+        live view has not shown yet."""
+        stmt = select(Exchange).where(Exchange.id > after_id).order_by(Exchange.id).limit(limit)
+        if filters is not None:
+            stmt = filters.apply(stmt)
+        with self.store.Session() as s:
+            return list(s.scalars(stmt))
+
+    @staticmethod
+    def only(exchange_id: int) -> Callable[[S], S]:
+        """A narrowing (as the exporters take) to one exchange."""
+
+        def narrow(stmt: S) -> S:
+            return stmt.where(Exchange.id == exchange_id)
+
+        return narrow
+
+    def last_id(self) -> int:
+        """The newest exchange's id, 0 for an empty store."""
+        with self.store.Session() as s:
+            return int(s.scalar(select(func.max(Exchange.id))) or 0)
+
+    def findings(self, exchange_id: int) -> list[Finding]:
+        stmt = select(Finding).where(Finding.exchange_id == exchange_id).order_by(Finding.n)
+        with self.store.Session() as s:
+            return list(s.scalars(stmt))
+
+    def finding_counts(self, ids: list[int]) -> dict[int, int]:
+        """How many findings each of these exchanges has (those with none are left out)."""
+        if not ids:
+            return {}
+        stmt = (
+            select(Finding.exchange_id, func.count())
+            .where(Finding.exchange_id.in_(ids))
+            .group_by(Finding.exchange_id)
+        )
+        with self.store.Session() as s:
+            return {int(i): int(n) for i, n in s.execute(stmt)}
+
+    def stat_rows(self, by: str | None, filters: ExchangeFilter) -> Iterator[StatRow]:
+        """What `ssetape stats` counts, one row per matching exchange, streamed from the
+        server (``by``: a key of :data:`GROUP_BY`, None for one group)."""
+        key = GROUP_BY[by] if by else Exchange.id
+        stmt = filters.apply(
+            select(
+                key,
+                Exchange.outcome,
+                Exchange.status,
+                Exchange.state,
+                Exchange.ttfb_us,
+                Exchange.ttft_us,
+                Exchange.input_tokens,
+                Exchange.output_tokens,
+                Exchange.tokens_per_s,
+            )
+        )
+        with self.store.Session() as s:
+            for row in s.execute(stmt.execution_options(yield_per=10_000)):
+                yield StatRow(*row)
 
     # -- events --------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ LAYERS = [
     {"storage", "migrations"},
     {"analysis"},
     {"recording", "replay", "cassettes", "simulator"},
-    {"addons", "testing", "views"},
+    {"addons", "testing", "views", "web"},
     {"cli"},
 ]
 
@@ -133,8 +133,9 @@ import sys
 import ssetape.cassettes.cassette, ssetape.cassettes.har, ssetape.replay.direct_front
 import ssetape.replay.timed_server, ssetape.recording.worker, ssetape.testing.tape_session
 import ssetape.cli.browse, ssetape.cli.audit, ssetape.cli.cassettes, ssetape.cli.main
+import ssetape.web.server
 from ssetape.cli.main import main
-for command in ("list", "show", "stats", "reindex", "export", "import"):
+for command in ("list", "show", "stats", "reindex", "export", "import", "web"):
     main.get_command(None, command)
 print(sorted({m.split(".")[0] for m in sys.modules if m.startswith("mitmproxy")}))
 """

@@ -6,20 +6,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
-
-from ssetape.storage.filters import Filters
-from ssetape.storage.models import Exchange
+from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.queries import GROUP_BY, Queries
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ERROR_OUTCOMES, ExchangeState
 
-GROUP_BY = {
-    "model": Exchange.model,
-    "host": Exchange.host,
-    "api": Exchange.api,
-    "outcome": Exchange.outcome,
-    "status": Exchange.status,
-}
+__all__ = ["GROUP_BY", "Stats", "is_error", "percentile"]
 _TRANSPORT_ERRORS = frozenset(
     (ExchangeState.FAILED, ExchangeState.TRUNCATED, ExchangeState.INTERRUPTED)
 )
@@ -87,38 +79,24 @@ class Stats:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def groups(self, by: str | None, filters: Filters) -> list[dict[str, Any]]:
-        key = GROUP_BY[by] if by else None
-        cols = [
-            Exchange.outcome,
-            Exchange.status,
-            Exchange.state,
-            Exchange.ttfb_us,
-            Exchange.ttft_us,
-            Exchange.input_tokens,
-            Exchange.output_tokens,
-            Exchange.tokens_per_s,
-        ]
-        stmt = filters.apply(select(key if key is not None else Exchange.id, *cols))
+    def groups(self, by: str | None, filters: ExchangeFilter) -> list[dict[str, Any]]:
         groups: dict[str, _Group] = {}
-        with self._store.Session() as s:
-            for row in s.execute(stmt.execution_options(yield_per=10_000)):
-                values: tuple[Any, ...] = tuple(row)
-                name = "all" if key is None else ("-" if values[0] is None else str(values[0]))
-                g = groups.get(name)
-                if g is None:
-                    g = groups[name] = _Group(name)
-                outcome, status, state, ttfb, ttft, tin, tout, tps = values[1:]
-                g.count += 1
-                g.errors += is_error(outcome, status, state)
-                if ttfb is not None:
-                    g.ttfb.append(ttfb)
-                if ttft is not None:
-                    g.ttft.append(ttft)
-                if tps is not None:
-                    g.tps.append(tps)
-                if tin is not None or tout is not None:
-                    g.usage_reported += 1
-                g.input_tokens += tin or 0
-                g.output_tokens += tout or 0
+        for row in Queries(self._store).stat_rows(by, filters):
+            name = "all" if by is None else ("-" if row.group is None else str(row.group))
+            g = groups.get(name)
+            if g is None:
+                g = groups[name] = _Group(name)
+            g.count += 1
+            g.errors += is_error(row.outcome, row.status, row.state)
+            if row.ttfb_us is not None:
+                g.ttfb.append(row.ttfb_us)
+            if row.ttft_us is not None:
+                g.ttft.append(row.ttft_us)
+            if row.tokens_per_s is not None:
+                g.tps.append(row.tokens_per_s)
+            tin, tout = row.input_tokens, row.output_tokens
+            if tin is not None or tout is not None:
+                g.usage_reported += 1
+            g.input_tokens += tin or 0
+            g.output_tokens += tout or 0
         return [g.json() for g in sorted(groups.values(), key=lambda g: (-g.count, g.name))]

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import GROUP_BY, Stats
 from ssetape.cli.options import db_option, filter_options, open_db, print_json, profile_option
-from ssetape.storage.filters import Filters
+from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from ssetape.views.tables import runs_table, stats_table
@@ -35,11 +35,12 @@ def _losses(store: Store) -> dict[str, Any] | None:
     "a list of runs).",
 )
 @filter_options
+@click.option("--host", help="Only this host.")
 def stats(db: str, by: str | None, as_json: bool, runs: bool, **filters: Any) -> None:
     """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
     store = open_db(db)
     try:
-        rows = Stats(store).groups(by, Filters.pop(filters))
+        rows = Stats(store).groups(by, ExchangeFilter.pop(filters))
         losses = _losses(store)
     finally:
         store.close()

@@ -10,10 +10,9 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from ssetape.analysis.knowledge import Knowledge
 from ssetape.cli.options import db_option, filter_options, open_db, print_json
 from ssetape.files import write_private
-from ssetape.storage.filters import Filters
+from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange, Finding
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import EVENTS_SHOWN, summary, write_detail
@@ -28,11 +27,12 @@ from ssetape.views.timeline_svg import TimelineSvg
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @filter_options
+@click.option("--host", help="Only this host.")
 def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
     """List recorded exchanges, newest first (alias: ls)."""
     store = open_db(db)
     try:
-        rows = Queries(store).exchanges(Filters.pop(filters), limit=limit)
+        rows = Queries(store).exchanges(ExchangeFilter.pop(filters), limit=limit)
         if as_json:
             print_json([summary(x) for x in rows])
         else:
@@ -101,7 +101,7 @@ def show(
             raise click.ClickException(
                 f"no exchange {exchange_id} in {store.url} (see ssetape list)"
             )
-        findings = Knowledge(store).findings(x.id)
+        findings = queries.findings(x.id)
         if timeline or svg_file:
             chart = Timeline.of(x, queries)
             if svg_file:

@@ -23,12 +23,14 @@ COMMANDS = {
     "stats": "ssetape.cli.audit:stats",
     "reindex": "ssetape.cli.audit:reindex",
     "record": "ssetape.cli.proxy:record",
+    "run": "ssetape.cli.run:run",
     "replay": "ssetape.cli.proxy:replay",
     "ca": "ssetape.cli.proxy:ca",
     "export": "ssetape.cli.cassettes:export_cmd",
     "import": "ssetape.cli.cassettes:import_cmd",
     "simulate": "ssetape.cli.simulate:simulate",
     "demo": "ssetape.cli.demo:demo",
+    "web": "ssetape.cli.web:web",
 }
 
 

@@ -22,6 +22,7 @@ from ssetape.vocabulary import Outcome
 
 __all__ = [
     "DEFAULT_CONFDIR",
+    "capture_options",
     "db_option",
     "filter_options",
     "open_db",
@@ -98,6 +99,14 @@ def proxy_options(f: F) -> F:
                      help="Address to listen on; anything but loopback exposes the proxy."),
         click.option("--mode", default="regular", show_default=True,
                      help="'regular' (forward proxy) or 'reverse:https://api.openai.com'."),
+        capture_options,
+    ])  # fmt: skip
+
+
+def capture_options(f: F) -> F:
+    """What a proxy takes besides where it listens: redaction, profiles, its CA, mitmproxy's
+    options (``ssetape run`` takes these alone: it listens where it chooses)."""
+    return _apply(f, [
         click.option("--redact-header", multiple=True,
                      help="Extra header to redact (repeatable)."),
         click.option("--redact-field", multiple=True,
@@ -137,8 +146,8 @@ class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in c
 
 
 def filter_options(f: F) -> F:
-    """The options of ``storage.filters.Filters``, passed to the command as keyword
-    arguments (``Filters.pop`` takes them back out)."""
+    """The options of ``storage.filters.ExchangeFilter``, passed to the command as keyword
+    arguments (``ExchangeFilter.pop`` takes them back out)."""
     return _apply(f, [
         click.option("--api", type=click.Choice(api_names()), help="Only this API kind."),
         click.option("--model", help="Only this model (exact or prefix)."),
@@ -146,7 +155,7 @@ def filter_options(f: F) -> F:
                      help="Only this outcome (completed, error, refused, ...)."),
         click.option("--since", type=TimeParam(),
                      help="Only since a time: 30m, 1h, 2d or 2026-11-01."),
-        click.option("--grep", metavar="TEXT",
+        click.option("--grep", "text", metavar="TEXT",
                      help="Only where the output text or path has TEXT."),
     ])  # fmt: skip
 

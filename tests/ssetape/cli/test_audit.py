@@ -170,6 +170,7 @@ def test_list_filters(tape: Tape) -> None:
     assert models("--model", "gpt-4o") == {"gpt-4o-sim", "gpt-4o-sim-error", "gpt-4o-sim-refusal"}
     assert len(models("--since", "1h")) == 6
     assert models("--since", "2999-01-01") == set()
+    assert len(models("--host", "127.0.0.1")) == 6 and models("--host", "example.com") == set()
     word = tape.texts["claude-sim"].split()[0]
     assert "claude-sim" in models("--grep", word)
     assert_one_line_error(run("list", "--db", tape.db, "--since", "yesterday"), "--since")
@@ -212,6 +213,7 @@ def test_stats_by_api_adds_up(tape: Tape) -> None:
     assert len(everything) == 1 and everything[0]["count"] == 6
     assert everything[0]["errors"] == 2
     assert ssetape_json("stats", "--db", tape.db, "--outcome", "completed")[0]["errors"] == 0
+    assert ssetape_json("stats", "--db", tape.db, "--host", "example.com") == []
     human = cli("stats", "--db", tape.db, "--by", "model")
     assert human.returncode == 0 and "claude-sim" in human.stdout
 

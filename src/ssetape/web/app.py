@@ -1,0 +1,212 @@
+"""The viewer's routes: pages, a timeline, the play button's text, a whole event, downloads,
+the live streams (:mod:`ssetape.web.live`) and the assets.
+
+Read-only: every route is a GET. Pages are rendered in Starlette's thread pool (the store is
+read with blocking drivers). Every response carries a strict Content-Security-Policy: the
+page's own script and stylesheet only, no inline script, nothing from elsewhere.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from importlib.resources import files
+from typing import IO
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ssetape.cassettes.har import Har
+from ssetape.cassettes.store_io import write_cassette
+from ssetape.storage.models import Exchange
+from ssetape.storage.queries import Queries
+from ssetape.views.timeline import Timeline
+from ssetape.views.timeline_svg import TimelineSvg
+from ssetape.web.exchange_page import ExchangePage
+from ssetape.web.html import el, page
+from ssetape.web.list_page import ListView
+from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
+from ssetape.web.playback import pieces
+
+__all__ = ["CSP", "create_app"]
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+# A download is written to a spooled file first (in memory up to this, then on disk), so a
+# long stream is neither held whole nor read under an open response.
+_SPOOL_BYTES = 8 * 1024 * 1024
+_ASSETS = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+
+
+class _SecurityHeaders:
+    """Adds the policy headers to every response, streamed ones too (plain ASGI, so a
+    Server-Sent Events stream is not buffered)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def create_app(queries: Queries) -> ASGIApp:
+    assets = {
+        name: (files("ssetape.web").joinpath("static", name).read_bytes(), kind)
+        for name, kind in _ASSETS.items()
+    }
+
+    def not_found(what: str) -> HTMLResponse:
+        return HTMLResponse(page("ssetape: not found", el("h1", what)), status_code=404)
+
+    def exchange_of(request: Request) -> Exchange | None:
+        key: str = request.path_params["key"]
+        return queries.exchange(int(key) if key.isdigit() else key)
+
+    def index(request: Request) -> Response:
+        return HTMLResponse(ListView.parse(request.query_params).render(queries))
+
+    def exchange(request: Request) -> Response:
+        x = exchange_of(request)
+        if x is None:
+            return not_found(f"no exchange {request.path_params['key']}")
+        after = request.query_params.get("after", "")
+        return HTMLResponse(ExchangePage(x, queries, after=int(after) if after.isdigit() else -1)
+                            .render())  # fmt: skip
+
+    def play(request: Request) -> Response:
+        x = exchange_of(request)
+        if x is None:
+            return not_found("no such exchange")
+        return Response(orjson.dumps(pieces(x, queries)), media_type="application/json")
+
+    def event(request: Request) -> Response:
+        x = exchange_of(request)
+        seq: int = request.path_params["seq"]
+        found = queries.events_page(x.id, after_seq=seq - 1, limit=1) if x else []
+        if not found or found[0].seq != seq:
+            return not_found("no such event")
+        # The whole event as it was sent, as plain text: never rendered as a page.
+        return Response(found[0].raw, media_type="text/plain; charset=utf-8")
+
+    def timeline(request: Request) -> Response:
+        x = exchange_of(request)
+        if x is None:
+            return not_found("no such exchange")
+        # An SVG element for the page to insert; TimelineSvg escapes every string it draws.
+        return Response(_svg(x, queries, width_px=1100), media_type="text/html; charset=utf-8")
+
+    def download(request: Request) -> Response:
+        x = exchange_of(request)
+        kind = _DOWNLOADS.get(request.path_params["kind"])
+        if x is None or kind is None:
+            return not_found("no such download")
+        name, media_type = kind
+        only = queries.only(x.id)
+        writers: dict[str, Callable[[IO[bytes]], object]] = {
+            "cassette.jsonl": lambda out: write_cassette(queries.store, out, only),
+            "exchange.har": lambda out: Har(queries.store).write(out, only),
+            "timeline.svg": lambda out: out.write(_svg(x, queries).encode()),
+        }
+        # Closed by _chunks once sent (or by the collector if the client left first).
+        spool = tempfile.SpooledTemporaryFile(_SPOOL_BYTES)  # noqa: SIM115
+        try:
+            writers[name](spool)
+        except BaseException:
+            spool.close()
+            raise
+        size = spool.tell()
+        spool.seek(0)
+        return StreamingResponse(
+            _chunks(spool),
+            media_type=media_type,
+            headers={
+                "content-disposition": f'attachment; filename="ssetape-{x.id}-{name}"',
+                "content-length": str(size),
+            },
+        )
+
+    def asset(request: Request) -> Response:
+        found = assets.get(request.path_params["name"])
+        if found is None:
+            return not_found("no such file")
+        return Response(found[0], media_type=found[1], headers={"cache-control": "no-cache"})
+
+    async def live(request: Request) -> Response:
+        view = ListView.parse(request.query_params)
+        after = _int(request.headers.get("last-event-id") or request.query_params.get("after"))
+        watch = {
+            int(i) for i in request.query_params.get("watch", "").split(",")[:WATCH_MAX]
+            if i.isdigit()
+        }  # fmt: skip
+        return _sse(exchanges_stream(queries, view, after, watch))
+
+    async def live_events(request: Request) -> Response:
+        x = await anyio.to_thread.run_sync(exchange_of, request)
+        if x is None:
+            return not_found("no such exchange")
+        args = request.query_params
+        after = _int(request.headers.get("last-event-id") or args.get("after"), -1)
+        offset = _int(args.get("offset"), -1)
+        return _sse(events_stream(queries, x.id, after, None if offset < 0 else offset))
+
+    routes = [
+        Route("/", index),
+        Route("/live", live),
+        Route("/exchanges/{key}/live", live_events),
+        Route("/exchanges/{key}", exchange),
+        Route("/exchanges/{key}/play", play),
+        Route("/exchanges/{key}/timeline", timeline),
+        Route("/exchanges/{key}/events/{seq:int}", event),
+        Route("/exchanges/{key}/download/{kind}", download),
+        Route("/static/{name}", asset),
+    ]
+    return _SecurityHeaders(Starlette(routes=routes))
+
+
+# URL name -> (file name, media type)
+_DOWNLOADS = {
+    "cassette": ("cassette.jsonl", "application/x-ndjson"),
+    "har": ("exchange.har", "application/json"),
+    "svg": ("timeline.svg", "image/svg+xml"),
+}
+
+
+def _sse(stream: AsyncIterator[bytes]) -> Response:
+    return StreamingResponse(
+        stream, media_type="text/event-stream", headers={"cache-control": "no-store"}
+    )
+
+
+def _svg(x: Exchange, queries: Queries, width_px: int = 900) -> str:
+    return TimelineSvg(Timeline.of(x, queries)).render(width_px=width_px)
+
+
+def _chunks(spool: IO[bytes]) -> Iterator[bytes]:
+    with spool:
+        while data := spool.read(1024 * 1024):
+            yield data
+
+
+def _int(text: str | None, default: int = 0) -> int:
+    try:
+        return int(text or "")
+    except ValueError:
+        return default

@@ -1,0 +1,288 @@
+"""`/exchanges/ID`: one exchange: request, response, what the stream said, its timeline, its
+events a page at a time (``?after=SEQ``), and the play button's text.
+
+Bounded: a page holds :data:`EVENTS_PER_PAGE` events, each event's data cut at
+:data:`DATA_SHOWN` characters with a link to the whole (``/exchanges/ID/events/SEQ``), bodies
+cut at :data:`BODY_SHOWN` bytes and headers at :data:`HEADERS_SHOWN` pairs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import orjson
+
+from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.storage.queries import Queries
+from ssetape.views.documents import url_of
+from ssetape.vocabulary import ExchangeState
+from ssetape.web.html import Markup, el, join, link, ms, page
+
+__all__ = [
+    "BODY_SHOWN", "DATA_SHOWN", "EVENTS_PER_PAGE", "HEADERS_SHOWN", "ExchangePage", "event_rows",
+]  # fmt: skip
+
+EVENTS_PER_PAGE = 500
+DATA_SHOWN = 2000
+BODY_SHOWN = 1024 * 1024
+HEADERS_SHOWN = 200
+
+
+class ExchangePage:
+    """The page of one exchange, from the events after seq ``after`` on."""
+
+    def __init__(self, x: Exchange, queries: Queries, *, after: int = -1) -> None:
+        self.x, self.queries, self.after = x, queries, after
+
+    def render(self) -> str:
+        x, q = self.x, self.queries
+        findings = q.findings(x.id)
+        events = q.events_page(x.id, after_seq=self.after, limit=EVENTS_PER_PAGE)
+        shown = {e.seq for e in events}
+        title = f"#{x.id} {x.method} {url_of(x)}"
+        body = [
+            el("h1", title, class_="title"),
+            el(
+                "p",
+                "download: ",
+                *(
+                    link(f"/exchanges/{x.id}/download/{kind}", label, class_="download") + " "
+                    for kind, label in _DOWNLOAD_LINKS
+                ),
+                class_="downloads",
+            ),
+            self._facts(),
+            self._request(),
+            self._response(),
+            self._said(),
+            self._findings(findings, shown),
+        ]
+        if x.is_stream:
+            body += [self._timeline(), self._events(events)]
+        return page(f"ssetape: #{x.id}", *body)
+
+    # -- parts -----------------------------------------------------------------------------
+
+    def _facts(self) -> Markup:
+        x = self.x
+        facts: list[tuple[str, object]] = [
+            ("started (UTC)", x.started_at.isoformat(sep=" ", timespec="milliseconds")),
+            ("state", x.state),
+            ("outcome", x.outcome),
+            ("reason", x.outcome_reason),
+            ("error", x.error),
+            ("api", x.api),
+            ("model", x.model),
+            ("profile", x.profile),
+            ("TTFB", ms(x.ttfb_us)),
+            ("TTFT", ms(x.ttft_us)),
+            ("duration", ms(x.duration_us)),
+            ("events", f"{x.event_count:,}" if x.is_stream else None),
+            ("gap median / p95 / max", _trio(x.gap_median_us, x.gap_p95_us, x.gap_max_us)),
+            ("tokens/s", None if x.tokens_per_s is None else f"{x.tokens_per_s:.1f}"),
+            ("tokens in / out / total", _usage(x.input_tokens, x.output_tokens, x.total_tokens)),
+            (
+                "cache read / write, reasoning",
+                _usage(x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens),
+            ),
+            ("recorder", x.recorder),
+            ("uid", x.uid),
+        ]
+        return el(
+            "dl",
+            join(el("dt", k) + el("dd", v) for k, v in facts if v not in (None, "")),
+            class_="facts",
+            id="facts",
+        )
+
+    def _request(self) -> Markup:
+        x = self.x
+        return el(
+            "section",
+            el("h2", "Request"),
+            el("p", el("code", x.method, " ", url_of(x), class_="url")),
+            _headers(x.request_headers),
+            _body("request body", x.request_body),
+            id="request",
+        )
+
+    def _response(self) -> Markup:
+        x = self.x
+        status = "no response" if x.status is None else f"{x.status} {x.reason or ''}"
+        return el(
+            "section",
+            el("h2", "Response"),
+            el("p", el("code", status), id="status"),
+            _headers(x.response_headers),
+            _body("response body", x.response_body),
+            id="response",
+        )
+
+    def _said(self) -> Markup:
+        x = self.x
+        details = x.details or {}
+        parts = [
+            el("h2", "Output"),
+            el("pre", x.output_text or "", id="output", class_="text"),
+            el(
+                "div",
+                el(
+                    "button", "▶ play", type="button", id="play", data_src=f"/exchanges/{x.id}/play"
+                ),
+                el("select", *(el("option", f"{n}x", value=n) for n in (1, 2, 10)), id="speed"),
+                el("span", "", id="play-state"),
+                class_="play",
+            )
+            if x.is_stream
+            else "",
+            el("pre", "", id="play-out", class_="text") if x.is_stream else "",
+        ]
+        for name, key in (("Refusal", "refusal_text"), ("Reasoning", "reasoning_text")):
+            if details.get(key):
+                parts += [el("h3", name), el("pre", str(details[key]), class_="text")]
+        calls = details.get("tool_calls")
+        if calls:
+            parts += [el("h3", "Tool calls"), el("pre", _pretty_json(calls), class_="json")]
+        return el("section", *parts, id="said")
+
+    def _findings(self, findings: list[Finding], shown: set[int]) -> Markup:
+        items = []
+        for f in findings:
+            where: object = ""
+            if f.event_seq is not None:
+                anchor = f"#event-{f.event_seq}"
+                href = anchor if f.event_seq in shown else f"?after={f.event_seq - 1}{anchor}"
+                where = link(href, f"event {f.event_seq}")
+            items.append(el("li", el("code", f.code), " ", where, " ", f.detail))
+        return el(
+            "section",
+            el("h2", f"Findings ({len(findings)})"),
+            el("ol", *items) if items else el("p", "none"),
+            id="findings",
+        )
+
+    def _timeline(self) -> Markup:
+        # Fetched by the page's script once the first screen is shown: drawing it reads every
+        # event (a third of a second for 100,000), the first screen reads one page.
+        x = self.x
+        return el(
+            "section",
+            el("h2", "Timeline"),
+            el(
+                "div",
+                el("p", "loading the timeline… ", link(f"/exchanges/{x.id}/download/svg", "(SVG)")),
+                class_="timeline",
+                id="timeline",
+                data_src=f"/exchanges/{x.id}/timeline",
+            ),
+            id="timeline-section",
+        )
+
+    def _events(self, events: list[Event]) -> Markup:
+        x, q = self.x, self.queries
+        span = q.event_span(x.id)
+        prev = q.event_span(x.id, stop=self.after + 1).last_offset_us if self.after >= 0 else None
+        rows = event_rows(x.id, events, prev)
+        last = events[-1] if events else None
+        # The last page of a stream in flight grows as events are stored (see app._live_events).
+        live = x.state == ExchangeState.RECORDING and len(events) < EVENTS_PER_PAGE
+        nav = []
+        if self.after >= 0:
+            nav.append(link("?#events", "← first events"))
+        if len(events) == EVENTS_PER_PAGE:
+            nav.append(link(f"?after={events[-1].seq}#events", "next events →", id="next-events"))
+        shown = f"{len(events):,} of {span.count:,} events" + (
+            f" from seq {events[0].seq}" if events else ""
+        )
+        return el(
+            "section",
+            el("h2", "Events"),
+            el("p", shown),
+            el(
+                "table",
+                el("thead", el("tr", *(el("th", c) for c in _EVENT_COLUMNS))),
+                el("tbody", *rows),
+                class_="events",
+                data_live=f"/exchanges/{x.id}/live" if live else None,
+                data_after=str(last.seq if last else self.after),
+                data_offset=str(last.offset_us if last else prev if prev is not None else ""),
+            ),
+            el("p", *nav, class_="pager"),
+            id="events",
+        )
+
+
+def event_rows(exchange_id: int, events: list[Event], prev: int | None) -> list[Markup]:
+    """The rows of ``events``; ``prev``: the offset of the event before the first, if any."""
+    rows = []
+    for e in events:
+        gap = None if prev is None else e.offset_us - prev
+        prev = e.offset_us
+        rows.append(_event_row(exchange_id, e, gap))
+    return rows
+
+
+def _event_row(exchange_id: int, e: Event, gap: int | None) -> Markup:
+    data = e.data if e.data is not None else e.raw.decode("utf-8", "replace")
+    size = len(e.raw)
+    cell: list[object] = [data[:DATA_SHOWN]]
+    if len(data) > DATA_SHOWN:
+        whole = f"/exchanges/{exchange_id}/events/{e.seq}"
+        cell += [" … ", link(whole, f"cut at {DATA_SHOWN:,} characters: the whole")]
+    label = e.event if e.event is not None else ("message" if e.data is not None else ":")
+    return el(
+        "tr",
+        el("td", e.seq),
+        el("td", ms(e.offset_us)),
+        el("td", "" if gap is None else ms(gap)),
+        el("td", label),
+        el("td", f"{size:,} B"),
+        el("td", el("code", *cell)),
+        id=f"event-{e.seq}",
+    )
+
+
+_DOWNLOAD_LINKS = (("cassette", "cassette (JSONL)"), ("har", "HAR"), ("svg", "timeline (SVG)"))
+_EVENT_COLUMNS = ("seq", "offset", "gap", "type", "size", "data")
+
+
+def _trio(a: int | None, b: int | None, c: int | None) -> str | None:
+    return None if a is None and b is None and c is None else f"{ms(a)} / {ms(b)} / {ms(c)}"
+
+
+def _usage(*counts: int | None) -> str | None:
+    if all(c is None for c in counts):
+        return None
+    return " / ".join("-" if c is None else f"{c:,}" for c in counts)
+
+
+def _headers(headers: list[list[str]] | None) -> Markup:
+    if not headers:
+        return el("p", "no headers", class_="dim")
+    rows = [el("tr", el("th", k), el("td", v)) for k, v in headers[:HEADERS_SHOWN]]
+    if len(headers) > HEADERS_SHOWN:
+        rows.append(el("tr", el("td", f"… {len(headers) - HEADERS_SHOWN:,} more", colspan=2)))
+    return el("table", *rows, class_="headers")
+
+
+def _pretty_json(obj: Any) -> str:
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
+
+
+def _body(what: str, body: bytes | None) -> Markup:
+    if not body:
+        return Markup("")
+    head = body[:BODY_SHOWN]
+    text = head.decode("utf-8", "replace")
+    if len(body) <= BODY_SHOWN:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            text = _pretty_json(orjson.loads(body))
+    else:
+        text += f" … ({len(body) - BODY_SHOWN:,} more bytes)"
+    return el(
+        "details",
+        el("summary", f"{what} ({len(body):,} bytes)"),
+        el("pre", text, class_="json"),
+        class_="body",
+    )

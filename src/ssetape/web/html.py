@@ -1,0 +1,88 @@
+"""How recorded strings become HTML: escaped, always, and laid out in one page frame.
+
+Every helper here escapes what it is given (text and attribute values alike); the only way to
+put markup into a page is :class:`Markup`, made from strings written here, never from a
+recording.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlencode
+
+from ssetape.views.timeline import fmt_us
+
+__all__ = ["Markup", "el", "esc", "join", "link", "ms", "page", "query"]
+
+# Characters no page should carry even escaped: C0/C1 controls but tab and newline, and the
+# bidirectional overrides that show text in another order than it is.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+class Markup(str):
+    """HTML made here: written into a page as it is."""
+
+    __slots__ = ()
+
+    def __add__(self, other: str) -> Markup:
+        # What is added is escaped unless it is Markup too: ``el(...) + el(...)`` stays HTML.
+        return Markup(str.__add__(self, esc(other)))
+
+
+def esc(value: object) -> Markup:
+    """``value`` as text in HTML (None as nothing), quotes escaped too."""
+    if isinstance(value, Markup):
+        return value
+    if value is None:
+        return Markup("")
+    return Markup(html.escape(_CONTROL.sub("\ufffd", str(value)), quote=True))
+
+
+def el(tag: str, *body: object, **attrs: object) -> Markup:
+    """One element: attribute names with ``_`` spelled ``-`` (``class_`` is ``class``), values
+    and text escaped; a False or None attribute is left out, True is written bare."""
+    at = []
+    for k, v in attrs.items():
+        if v is None or v is False:
+            continue
+        name = k.rstrip("_").replace("_", "-")
+        at.append(f" {name}" if v is True else f' {name}="{esc(v)}"')
+    return Markup(f"<{tag}{''.join(at)}>{''.join(esc(b) for b in body)}</{tag}>")
+
+
+def join(parts: Iterable[object]) -> Markup:
+    return Markup("".join(esc(p) for p in parts))
+
+
+def link(href: str, *body: object, **attrs: object) -> Markup:
+    return el("a", *body, href=href, **attrs)
+
+
+def query(params: Mapping[str, str | int | None]) -> str:
+    """A URL query string of the set parameters, ``?`` included ('' when none is set)."""
+    kept = {k: str(v) for k, v in params.items() if v not in (None, "")}
+    return f"?{urlencode(kept)}" if kept else ""
+
+
+def ms(us: int | None) -> str:
+    return "" if us is None else fmt_us(us)
+
+
+def page(title: str, *body: object, script: bool = True) -> str:
+    """A whole document: the package's stylesheet and script, nothing from elsewhere."""
+    head = join(
+        [
+            Markup('<meta charset="utf-8">'),
+            Markup('<meta name="viewport" content="width=device-width, initial-scale=1">'),
+            Markup('<meta name="referrer" content="no-referrer">'),
+            el("title", title),
+            Markup('<link rel="stylesheet" href="/static/app.css">'),
+            Markup('<script src="/static/app.js" defer></script>') if script else "",
+        ]
+    )
+    nav = el("nav", link("/", "ssetape"), " · read-only viewer")
+    return (
+        f"<!doctype html>\n<html lang=en><head>{head}</head><body>{nav}{join(body)}</body></html>"
+    )

@@ -1,0 +1,126 @@
+// ssetape web: the page's only script (served by the package; the CSP runs nothing inline).
+// Recorded text is only ever written as text (textContent, text nodes); the rows of the live
+// list come as HTML the server rendered and escaped.
+"use strict";
+
+function followLive(table) {
+  const tbody = table.querySelector("tbody");
+  const watch = Array.from(tbody.querySelectorAll("tr[data-state=recording]"))
+    .map((tr) => tr.dataset.id);
+  const sep = table.dataset.live.includes("?") ? "&" : "?";
+  const url = `${table.dataset.live}${sep}after=${table.dataset.after}&watch=${watch.join(",")}`;
+  const source = new EventSource(url);
+  source.addEventListener("exchange", (message) => {
+    const row = JSON.parse(message.data);
+    const template = document.createElement("template");
+    template.innerHTML = row.html;
+    const tr = template.content.firstElementChild;
+    const old = tbody.querySelector(`tr[data-id="${Number(row.id)}"]`);
+    if (old) {
+      old.replaceWith(tr);
+    } else {
+      tr.classList.add("new");
+      tbody.prepend(tr);
+    }
+    const empty = document.getElementById("empty");
+    if (empty) empty.remove();
+  });
+}
+
+function followEvents(table) {
+  // The last page of a stream in flight: its new events are appended as they are stored.
+  const tbody = table.querySelector("tbody");
+  const url = `${table.dataset.live}?after=${table.dataset.after}&offset=${table.dataset.offset}`;
+  const source = new EventSource(url);
+  source.addEventListener("event", (message) => {
+    const row = JSON.parse(message.data);
+    if (document.getElementById(`event-${Number(row.seq)}`)) return;
+    const template = document.createElement("template");
+    template.innerHTML = row.html;
+    tbody.append(template.content.firstElementChild);
+  });
+  source.addEventListener("done", () => {
+    source.close();
+    table.dataset.state = "done";
+    const note = document.createElement("p");
+    note.className = "dim";
+    note.textContent = "The stream is over: reload for its final figures and output.";
+    table.after(note);
+  });
+}
+
+function play(button) {
+  const out = document.getElementById("play-out");
+  const state = document.getElementById("play-state");
+  const speed = Number(document.getElementById("speed").value) || 1;
+  button.disabled = true;
+  out.textContent = "";
+  state.textContent = "loading…";
+  fetch(button.dataset.src)
+    .then((r) => r.json())
+    .then((answer) => {
+      const pieces = answer.pieces;
+      const start = performance.now();
+      let i = 0;
+      state.textContent = `playing at ${speed}x`;
+      out.dataset.state = "playing";
+      const step = () => {
+        // Offsets are microseconds since the request was sent: the page keeps that pace.
+        const now = (performance.now() - start) * 1000 * speed;
+        while (i < pieces.length && pieces[i][0] <= now) {
+          out.appendChild(document.createTextNode(pieces[i][1]));
+          i += 1;
+        }
+        if (i < pieces.length) {
+          setTimeout(step, Math.max(0, (pieces[i][0] - now) / 1000 / speed));
+        } else {
+          out.normalize();
+          out.dataset.state = "done";
+          state.textContent = answer.cut ? "done (cut: the text is longer)" : "done";
+          button.disabled = false;
+        }
+      };
+      step();
+    })
+    .catch((err) => {
+      state.textContent = `cannot play: ${err}`;
+      button.disabled = false;
+    });
+}
+
+function clickableMarks(svg) {
+  // A mark's tooltip reads "#SEQ type at OFFSET": a click goes to that event's row.
+  svg.addEventListener("click", (e) => {
+    const mark = e.target.closest(".mark");
+    const title = mark && mark.querySelector("title");
+    const m = title && /^#(\d+)/.exec(title.textContent);
+    if (!m) return;
+    const row = document.getElementById(`event-${m[1]}`);
+    if (row) location.hash = `event-${m[1]}`;
+  });
+}
+
+function loadTimeline(box) {
+  // The SVG comes from the server, every recorded string in it escaped there.
+  fetch(box.dataset.src)
+    .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.statusText))))
+    .then((svg) => {
+      box.innerHTML = svg;
+      box.dataset.state = "loaded";
+      clickableMarks(box.querySelector("svg"));
+    })
+    .catch((err) => {
+      box.textContent = `cannot load the timeline: ${err}`;
+    });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const table = document.querySelector("table.exchanges[data-live]");
+  if (table && window.EventSource) followLive(table);
+  const button = document.getElementById("play");
+  if (button) button.addEventListener("click", () => play(button));
+  const events = document.querySelector("table.events[data-live]");
+  if (events && window.EventSource) followEvents(events);
+  const timeline = document.querySelector("#timeline[data-src]");
+  if (timeline) loadTimeline(timeline);
+});

@@ -1,0 +1,191 @@
+"""The viewer's pages as a client reads them (no browser): what they show of a real recording,
+escaped; their bounds and paging; the policy headers; read-only; `ssetape web` as a process."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from ssetape.cli.main import main
+from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
+from ssetape.storage.store import Store
+from ssetape.web import exchange_page
+from ssetape.web.app import CSP, create_app
+from tests.addons.stores import pg_schema
+from tests.conftest import SIM_SPEED, Proc
+from tests.ssetape.web.conftest import XSS, Tape, chat, record
+
+
+@pytest.fixture(scope="module")
+def client(tape: Tape) -> Iterator[TestClient]:
+    store = Store.open(tape.db)
+    try:
+        with TestClient(create_app(Queries(store))) as c:
+            yield c
+    finally:
+        store.close()
+
+
+def test_the_list_shows_every_exchange_and_the_url_filters_narrow_it(
+    client: TestClient, tape: Tape
+) -> None:
+    everything = tape.exchanges()
+    html = client.get("/").text
+    assert re.findall(r'<tr data-id="(\d+)"', html) == [str(x.id) for x in everything]
+    claude = tape.one(model="claude-sim")
+    narrowed = client.get("/", params={"model": "claude", "api": "messages"}).text
+    assert re.findall(r'<tr data-id="(\d+)"', narrowed) == [str(claude.id)]
+    # The filter form keeps what the URL asked for.
+    assert 'name="model" value="claude"' in narrowed
+    # The page after an exchange: the older ones only.
+    older = client.get("/", params={"before": everything[1].id}).text
+    assert re.findall(r'<tr data-id="(\d+)"', older) == [str(x.id) for x in everything[2:]]
+    bad = client.get("/", params={"since": "yesterday"})
+    assert bad.status_code == 200 and "since &#x27;yesterday&#x27;" in bad.text
+
+
+def test_recorded_markup_is_shown_as_text_and_no_inline_script_runs(
+    client: TestClient, tape: Tape
+) -> None:
+    xss = tape.one(model=XSS)
+    for url in ("/", f"/exchanges/{xss.id}"):
+        r = client.get(url)
+        assert r.headers["content-security-policy"] == CSP
+        assert "script-src 'self'" in CSP and "unsafe-inline" not in CSP
+        assert XSS not in r.text and not re.search(r"<img\b|onerror=\"", r.text)
+        assert re.findall(r"<script[^>]*>", r.text) == ['<script src="/static/app.js" defer>']
+        assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in r.text
+    detail = client.get(f"/exchanges/{xss.id}").text
+    # In the output, the model name and both headers (request and response).
+    assert detail.count("&lt;img src=x onerror=&quot;window.pwned=1&quot;&gt;") >= 4
+
+
+def test_an_exchange_shows_its_request_response_output_findings_and_events(
+    client: TestClient, tape: Tape
+) -> None:
+    x = tape.one(model="gpt-4o-sim-error")
+    html = client.get(f"/exchanges/{x.id}").text
+    assert "<th>content-type</th><td>text/event-stream" in html  # the response's headers
+    assert "<details" in html and "&quot;stream&quot;: true" in html  # pretty-printed body
+    assert x.output_text and f'id="output" class="text">{x.output_text}' in html.replace(
+        "&#x27;", "'"
+    )
+    timeline = client.get(f"/exchanges/{x.id}/timeline").text
+    assert f'data-src="/exchanges/{x.id}/timeline"' in html and timeline.startswith("<svg")
+    assert len(re.findall(r'<line [^>]*class="mark"', timeline)) == x.event_count
+    rows = re.findall(r'<tr id="event-(\d+)"', html)
+    assert rows == [str(n) for n in range(x.event_count)]
+    # A finding that names an event links to its row.
+    xss = client.get(f"/exchanges/{tape.one(model=XSS).id}").text
+    assert re.findall(r'href="#event-(\d+)">event \d+</a> The event&#x27;s data is not', xss) == [
+        "2"
+    ]
+    assert '<tr id="event-2">' in xss
+
+
+def test_events_come_in_pages_and_a_long_event_is_cut_with_a_link_to_the_whole(
+    client: TestClient, tape: Tape, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = tape.one(model="gpt-4o-sim")
+    monkeypatch.setattr(exchange_page, "EVENTS_PER_PAGE", 3)
+    monkeypatch.setattr(exchange_page, "DATA_SHOWN", 10)
+    first = client.get(f"/exchanges/{x.id}").text
+    assert re.findall(r'<tr id="event-(\d+)"', first) == ["0", "1", "2"]
+    assert 'href="?after=2#events"' in first
+    second = client.get(f"/exchanges/{x.id}", params={"after": 2}).text
+    assert re.findall(r'<tr id="event-(\d+)"', second) == ["3", "4", "5"]
+    whole = re.search(rf'href="(/exchanges/{x.id}/events/3)"', second)
+    assert whole is not None
+    raw = client.get(whole.group(1))
+    assert raw.headers["content-type"].startswith("text/plain")
+    assert raw.headers["x-content-type-options"] == "nosniff"
+    assert raw.content.startswith(b"data: ") or raw.content.startswith(b":")
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-sim", "claude-sim", "o4-mini-sim"])
+def test_play_gets_the_output_text_in_pieces_at_their_offsets(
+    client: TestClient, tape: Tape, model: str
+) -> None:
+    x = tape.one(model=model)
+    answer = client.get(f"/exchanges/{x.id}/play").json()
+    offsets = [o for o, _ in answer["pieces"]]
+    assert offsets == sorted(offsets) and len(offsets) > 3
+    assert "".join(t for _, t in answer["pieces"]) == x.output_text
+    assert answer["cut"] is False
+
+
+def test_the_viewer_is_read_only_and_unknown_things_are_404(client: TestClient) -> None:
+    assert client.post("/").status_code == 405
+    assert client.delete("/exchanges/1").status_code == 405
+    assert client.get("/exchanges/999999").status_code == 404
+    assert client.get("/static/../../pyproject.toml").status_code == 404
+    js = client.get("/static/app.js")
+    assert js.headers["content-type"].startswith("text/javascript") and "EventSource" in js.text
+
+
+def test_ssetape_web_listens_on_loopback_and_stops_cleanly(web: Proc, tape: Tape) -> None:
+    assert web.url.startswith("http://127.0.0.1:")
+    r = httpx.get(web.url + "/", timeout=10)
+    assert r.status_code == 200 and r.headers["content-security-policy"] == CSP
+    assert len(re.findall(r"<tr data-id=", r.text)) == len(tape.exchanges())
+
+
+def test_the_pages_read_a_postgresql_store(confdir: Path) -> None:
+    with pg_schema() as url, Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        record(url, confdir, sim.url, [chat("gpt-4o-sim"), chat("gpt-4o-sim-error")])
+        store = Store.open(url)
+        try:
+            with TestClient(create_app(Queries(store))) as c:
+                ok, error = sorted(Queries(store).exchanges(), key=lambda x: x.id)
+                rows = re.findall(r'<tr data-id="(\d+)"', c.get("/").text)
+                assert rows == [str(error.id), str(ok.id)]
+                narrowed = c.get("/", params={"outcome": "error", "host": "127.0.0.1"}).text
+                assert re.findall(r'<tr data-id="(\d+)"', narrowed) == [str(error.id)]
+                older = c.get("/", params={"before": error.id}).text
+                assert re.findall(r'<tr data-id="(\d+)"', older) == [str(ok.id)]
+                assert f'<tr id="event-{ok.event_count - 1}"' in c.get(f"/exchanges/{ok.id}").text
+                timeline = c.get(f"/exchanges/{ok.id}/timeline").text
+                assert len(re.findall(r'<line [^>]*class="mark"', timeline)) == ok.event_count
+                play = c.get(f"/exchanges/{ok.id}/play").json()
+                assert "".join(t for _, t in play["pieces"]) == ok.output_text
+        finally:
+            store.close()
+
+
+def test_an_exchange_downloads_as_a_cassette_a_har_and_its_timeline(
+    client: TestClient, tape: Tape, tmp_path: Path
+) -> None:
+    x = tape.one(model="gpt-4o-sim-pause")
+    cassette = client.get(f"/exchanges/{x.id}/download/cassette")
+    assert cassette.headers["content-disposition"].startswith("attachment;")
+    (tmp_path / "one.jsonl").write_bytes(cassette.content)
+    # What a user does with it: import it into a store of their own; the stream is the same.
+    db = str(tmp_path / "copy.db")
+    done = CliRunner().invoke(main, ["import", str(tmp_path / "one.jsonl"), "--db", db])
+    assert done.exit_code == 0, done.output
+    copy = Store.open(db)
+    try:
+        [y] = Queries(copy).exchanges()
+        theirs = [(e.seq, e.offset_us, e.raw) for e in Queries(copy).events(y.id)]
+    finally:
+        copy.close()
+    store = Store.open(tape.db)
+    try:
+        ours = [(e.seq, e.offset_us, e.raw) for e in Queries(store).events(x.id)]
+    finally:
+        store.close()
+    assert theirs == ours and (y.model, y.path) == (x.model, x.path)
+    har = client.get(f"/exchanges/{x.id}/download/har").json()
+    [entry] = har["log"]["entries"]
+    assert entry["request"]["url"].endswith("/v1/chat/completions")
+    svg = client.get(f"/exchanges/{x.id}/download/svg")
+    assert svg.headers["content-type"].startswith("image/svg+xml")
+    assert len(re.findall(r'<line [^>]*class="mark"', svg.text)) == x.event_count
+    assert client.get(f"/exchanges/{x.id}/download/zip").status_code == 404
