@@ -129,9 +129,11 @@ def test_recorded_gaps_follow_the_upstream_schedule(
     assert len(events) == len(expected)
     got = [e.offset_us / 1e6 for e in events]
     assert got[0] >= expected[0] - 0.002
-    # Gaps, not absolute times: the hop adds a small constant. 15 ms passes on a busy 2-core box.
+    # Gaps, not absolute times: the hop adds a small constant. The simulator shares a core
+    # with the other tests, so its own sends run late under load (35 ms seen with a browser
+    # test beside it): 60 ms still tells a recorded pause from one the proxy made up or lost.
     for i in range(1, len(got)):
-        assert abs((got[i] - got[i - 1]) - (expected[i] - expected[i - 1])) < 0.015, i
+        assert abs((got[i] - got[i - 1]) - (expected[i] - expected[i - 1])) < 0.06, i
     store.close()
 
 
