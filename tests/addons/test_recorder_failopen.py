@@ -88,7 +88,10 @@ class Reader(threading.Thread):
         late = [got - want for got, want in zip(self.arrivals, expected, strict=True)]
         usual = statistics.median(late)
         judged = [x for x, want in zip(late, expected, strict=True) if self.t0 + want >= since]
-        assert judged and max(judged) - usual < 0.05, (usual, max(judged))
+        # A recorder that waited on the store would hold an event for a store deadline (0.5 s
+        # at the least here, SQLite's busy timeout 5 s); scheduling on a loaded 2-core machine
+        # makes one 60-80 ms late now and then. 250 ms tells the two apart.
+        assert judged and max(judged) - usual < 0.25, (usual, max(judged))
 
 
 def stream_through_outage(

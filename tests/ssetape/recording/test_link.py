@@ -80,8 +80,9 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
         return link.close(), slowest, lost
 
     final, slowest, lost = asyncio.run(session())
-    # Dropping is cheap; not one call waited for the frozen process.
-    assert slowest < 0.05, slowest
+    # Dropping is cheap; not one call waited for the frozen process (a call that did would
+    # never return while it is stopped). The margin is for a loaded machine's scheduling.
+    assert slowest < 0.25, slowest
     assert 0 < lost < 100
     assert final is not None
     assert final.events_lost == lost and final.capture_failures == 0
