@@ -27,11 +27,13 @@ from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.views.timeline import Timeline
 from ssetape.views.timeline_svg import TimelineSvg
-from ssetape.web.exchange_page import ExchangePage
+from ssetape.web.compare_page import ComparePage
+from ssetape.web.exchange_page import ZOOMS, ExchangePage
 from ssetape.web.html import el, page
 from ssetape.web.list_page import ListView
 from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
 from ssetape.web.playback import pieces
+from ssetape.web.stats_page import StatsView
 
 __all__ = ["CSP", "create_app"]
 
@@ -48,7 +50,13 @@ _SECURITY_HEADERS = [
 # A download is written to a spooled file first (in memory up to this, then on disk), so a
 # long stream is neither held whole nor read under an open response.
 _SPOOL_BYTES = 8 * 1024 * 1024
-_ASSETS = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+# The exchange page's timeline at zoom 1: the width of its column on a laptop screen.
+_TIMELINE_PX = 1100
+_ASSETS = {
+    "app.css": "text/css; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
 
 
 class _SecurityHeaders:
@@ -91,6 +99,13 @@ def create_app(queries: Queries) -> ASGIApp:
         return HTMLResponse(ExchangePage(x, queries, after=int(after) if after.isdigit() else -1)
                             .render())  # fmt: skip
 
+    def stats(request: Request) -> Response:
+        return HTMLResponse(StatsView.parse(request.query_params).render(queries))
+
+    def compare(request: Request) -> Response:
+        status, html = ComparePage(request.query_params, queries).render()
+        return HTMLResponse(html, status_code=status)
+
     def play(request: Request) -> Response:
         x = exchange_of(request)
         if x is None:
@@ -111,7 +126,10 @@ def create_app(queries: Queries) -> ASGIApp:
         if x is None:
             return not_found("no such exchange")
         # An SVG element for the page to insert; TimelineSvg escapes every string it draws.
-        return Response(_svg(x, queries, width_px=1100), media_type="text/html; charset=utf-8")
+        # Zoomed, it is drawn wider (the page scrolls it): marks spread, text keeps its size.
+        zoom = _int(request.query_params.get("zoom"), 1)
+        width = _TIMELINE_PX * (zoom if zoom in ZOOMS else 1)
+        return Response(_svg(x, queries, width_px=width), media_type="text/html; charset=utf-8")
 
     def download(request: Request) -> Response:
         x = exchange_of(request)
@@ -170,6 +188,8 @@ def create_app(queries: Queries) -> ASGIApp:
     routes = [
         Route("/", index),
         Route("/live", live),
+        Route("/stats", stats),
+        Route("/compare", compare),
         Route("/exchanges/{key}/live", live_events),
         Route("/exchanges/{key}", exchange),
         Route("/exchanges/{key}/play", play),

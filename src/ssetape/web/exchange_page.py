@@ -20,13 +20,16 @@ from ssetape.vocabulary import ExchangeState
 from ssetape.web.html import Markup, el, join, link, ms, page
 
 __all__ = [
-    "BODY_SHOWN", "DATA_SHOWN", "EVENTS_PER_PAGE", "HEADERS_SHOWN", "ExchangePage", "event_rows",
+    "BODY_SHOWN", "DATA_SHOWN", "EVENTS_PER_PAGE", "HEADERS_SHOWN", "ZOOMS", "ExchangePage",
+    "event_rows",
 ]  # fmt: skip
 
 EVENTS_PER_PAGE = 500
 DATA_SHOWN = 2000
 BODY_SHOWN = 1024 * 1024
 HEADERS_SHOWN = 200
+# The timeline's zoom levels: it is drawn this many times wider and scrolls sideways.
+ZOOMS = (1, 4, 16)
 
 
 class ExchangePage:
@@ -41,28 +44,46 @@ class ExchangePage:
         events = q.events_page(x.id, after_seq=self.after, limit=EVENTS_PER_PAGE)
         shown = {e.seq for e in events}
         title = f"#{x.id} {x.method} {url_of(x)}"
+        # What the stream did first (figures, text, timeline), then the request and the response
+        # side by side, then the events: the first screen shows the stream, not its headers.
         body = [
             el("h1", title, class_="title"),
             el(
-                "p",
-                "download: ",
-                *(
-                    link(f"/exchanges/{x.id}/download/{kind}", label, class_="download") + " "
-                    for kind, label in _DOWNLOAD_LINKS
+                "div",
+                el(
+                    "p",
+                    "download: ",
+                    *(
+                        link(f"/exchanges/{x.id}/download/{kind}", label, class_="download") + " "
+                        for kind, label in _DOWNLOAD_LINKS
+                    ),
+                    class_="downloads",
                 ),
-                class_="downloads",
+                self._compare_form(),
+                class_="toolbar",
             ),
             self._facts(),
-            self._request(),
-            self._response(),
             self._said(),
+            self._timeline() if x.is_stream else "",
             self._findings(findings, shown),
+            el("div", self._request(), self._response(), class_="pair"),
+            self._events(events) if x.is_stream else "",
         ]
-        if x.is_stream:
-            body += [self._timeline(), self._events(events)]
         return page(f"ssetape: #{x.id}", *body)
 
     # -- parts -----------------------------------------------------------------------------
+
+    def _compare_form(self) -> Markup:
+        return el(
+            "form",
+            el("input", type="hidden", name="a", value=self.x.id),
+            el("label", "compare with exchange ", el("input", name="b", size="8", required=True)),
+            el("button", "compare", type="submit"),
+            method="get",
+            action="/compare",
+            class_="compare-with",
+            id="compare-with",
+        )
 
     def _facts(self) -> Markup:
         x = self.x
@@ -166,9 +187,22 @@ class ExchangePage:
         # Fetched by the page's script once the first screen is shown: drawing it reads every
         # event (a third of a second for 100,000), the first screen reads one page.
         x = self.x
+        zoom = el(
+            "p",
+            "zoom: ",
+            *(
+                el("button", f"{z}x", type="button", data_zoom=z, class_="zoom",
+                   aria_pressed="true" if z == 1 else "false")
+                for z in ZOOMS
+            ),
+            el("span", "wider, scroll sideways", class_="dim"),
+            class_="zooms",
+            id="zoom",
+        )  # fmt: skip
         return el(
             "section",
             el("h2", "Timeline"),
+            zoom,
             el(
                 "div",
                 el("p", "loading the timeline… ", link(f"/exchanges/{x.id}/download/svg", "(SVG)")),

@@ -79,10 +79,19 @@ def page(title: str, *body: object, script: bool = True) -> str:
             Markup('<meta name="referrer" content="no-referrer">'),
             el("title", title),
             Markup('<link rel="stylesheet" href="/static/app.css">'),
+            # The package's own icon: else the browser asks for /favicon.ico, a 404 each page.
+            Markup('<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'),
             Markup('<script src="/static/app.js" defer></script>') if script else "",
         ]
     )
-    nav = el("nav", link("/", "ssetape"), " · read-only viewer")
+    nav = el(
+        "nav",
+        link("/", "ssetape", class_="home"),
+        link("/", "exchanges"),
+        link("/stats", "stats"),
+        link("/compare", "compare"),
+        el("span", "read-only viewer", class_="dim"),
+    )
     return (
         f"<!doctype html>\n<html lang=en><head>{head}</head><body>{nav}{join(body)}</body></html>"
     )

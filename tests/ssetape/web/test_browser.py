@@ -140,3 +140,50 @@ def test_a_recording_made_while_the_list_is_open_appears_and_grows_without_a_rel
         finally:
             assert web.stop() == 0, web.log.decode()
             assert recorder.stop() == 0, recorder.log.decode()
+
+
+def _console_errors(page: Any) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return errors
+
+
+def test_the_stats_page_draws_its_table_and_charts(
+    page: Any, web: Proc, tape: Tape, artifacts: Path
+) -> None:
+    errors = _console_errors(page)
+    page.goto(web.url + "/")
+    page.click("nav >> text=stats")
+    page.click("#by >> text=by model")
+    assert page.url.endswith("/stats?by=model")
+    groups = page.locator("#groups tbody tr").evaluate_all("rs => rs.map(r => r.dataset.group)")
+    assert sorted(groups) == sorted({x.model or "-" for x in tape.exchanges()})
+    assert page.locator("svg.chart").count() == 3 and page.locator("g.spread").count() > 0
+    assert page.evaluate("typeof window.pwned") == "undefined" and page.locator("img").count() == 0
+    page.screenshot(path=str(artifacts / "stats.png"), full_page=True)
+    assert errors == []
+
+
+def test_compare_from_an_exchange_page_and_zoom_its_timeline(
+    page: Any, web: Proc, tape: Tape, artifacts: Path
+) -> None:
+    errors = _console_errors(page)
+    a, b = tape.one(model="gpt-4o-sim-pause"), tape.one(model="o4-mini-sim")
+    page.goto(f"{web.url}/exchanges/{a.id}")
+    box = page.locator("#timeline")
+    page.wait_for_selector("#timeline[data-state=loaded]")
+    page.click("#zoom button[data-zoom='16']")
+    page.wait_for_selector("#timeline[data-zoom='16'][data-state=loaded]")
+    assert page.locator("#timeline svg .mark").count() == a.event_count
+    assert box.evaluate("b => b.scrollWidth > 10 * b.clientWidth")
+    page.fill("#compare-with input[name=b]", str(b.id))
+    page.click("#compare-with button")
+    page.wait_for_url(f"**/compare?a={a.id}&b={b.id}")
+    assert page.locator("#output-a").inner_text() == a.output_text
+    assert page.locator("#output-b").inner_text() == b.output_text
+    rows = page.locator("#compare-timeline g.row")
+    assert [rows.nth(i).locator(".mark").count() for i in (0, 1)] == [a.event_count, b.event_count]
+    assert page.locator("#request-diff tr[data-field=model]").count() == 1
+    page.screenshot(path=str(artifacts / "compare.png"), full_page=True)
+    assert errors == []

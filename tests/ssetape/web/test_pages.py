@@ -3,11 +3,14 @@ escaped; their bounds and paging; the policy headers; read-only; `ssetape web` a
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
@@ -155,6 +158,12 @@ def test_the_pages_read_a_postgresql_store(confdir: Path) -> None:
                 assert len(re.findall(r'<line [^>]*class="mark"', timeline)) == ok.event_count
                 play = c.get(f"/exchanges/{ok.id}/play").json()
                 assert "".join(t for _, t in play["pieces"]) == ok.output_text
+                stats = c.get("/stats", params={"by": "outcome"}).text
+                assert sorted(_stats_rows(stats)) == sorted([ok.outcome, error.outcome])
+                buckets = re.findall(r'data-requests="(\d+)" data-errors="(\d+)"', stats)
+                assert [sum(int(v[i]) for v in buckets) for i in (0, 1)] == [2, 1]
+                both = c.get("/compare", params={"a": ok.id, "b": error.id}).text
+                assert 'data-field="messages[0].content"' in both
         finally:
             store.close()
 
@@ -189,3 +198,131 @@ def test_an_exchange_downloads_as_a_cassette_a_har_and_its_timeline(
     assert svg.headers["content-type"].startswith("image/svg+xml")
     assert len(re.findall(r'<line [^>]*class="mark"', svg.text)) == x.event_count
     assert client.get(f"/exchanges/{x.id}/download/zip").status_code == 404
+
+
+def _stats_rows(html_text: str) -> dict[str, list[str]]:
+    """The stats table as a user reads it: group -> its cells' text."""
+    shown = {}
+    for group, cells in re.findall(r'<tr data-group="([^"]*)">(.*?)</tr>', html_text):
+        texts = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", cells)]
+        shown[html.unescape(group)] = [html.unescape(t) for t in texts]
+    return shown
+
+
+def _cli_stats(db: str, *args: str) -> list[dict[str, Any]]:
+    done = CliRunner().invoke(main, ["stats", "--db", db, "--json", *args])
+    assert done.exit_code == 0, done.output
+    rows: list[dict[str, Any]] = orjson.loads(done.output)
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("by", "filters"),
+    [("model", {}), ("api", {}), (None, {}), ("outcome", {"api": "chat_completions"})],
+)
+def test_the_stats_page_shows_the_groups_and_figures_of_ssetape_stats(
+    client: TestClient, tape: Tape, by: str | None, filters: dict[str, str]
+) -> None:
+    args = ([f"--by={by}"] if by else []) + [f"--{k}={v}" for k, v in filters.items()]
+    expected = _cli_stats(tape.db, *args)
+    page_ = client.get("/stats", params={**({"by": by} if by else {}), **filters}).text
+    shown = _stats_rows(page_)
+    assert list(shown) == [g["group"] for g in expected] and expected
+    for g in expected:
+        cells = shown[g["group"]]
+        assert cells[1:4] == [f"{g['count']:,}", f"{g['errors']:,}",
+                              f"{g['error_rate'] * 100:.1f} %"]  # fmt: skip
+        ms = [g["ttfb_ms"]["p50"], g["ttfb_ms"]["p95"], g["ttft_ms"]["p50"], g["ttft_ms"]["p95"]]
+        assert cells[4:8] == ["" if v is None else f"{v:,.1f} ms" for v in ms]
+        assert cells[8:10] == [f"{g['input_tokens']:,}", f"{g['output_tokens']:,}"]
+    # The charts: a TTFB spread per group that has one, and over time every exchange and error.
+    spreads = re.findall(r'<g class="spread" data-group="([^"]*)"', page_)
+    measured = [g["group"] for g in expected if g["ttfb_ms"]["p50"] is not None]
+    assert [html.unescape(s) for s in spreads[: len(measured)]] == measured
+    buckets = re.findall(r'class="bucket" data-requests="(\d+)" data-errors="(\d+)"', page_)
+    assert sum(int(n) for n, _ in buckets) == sum(g["count"] for g in expected)
+    assert sum(int(e) for _, e in buckets) == sum(g["errors"] for g in expected)
+
+
+def test_the_stats_page_keeps_its_view_in_the_url_and_names_a_bad_filter(
+    client: TestClient,
+) -> None:
+    narrowed = client.get("/stats", params={"by": "model", "model": "claude"}).text
+    assert list(_stats_rows(narrowed)) == ["claude-sim"]
+    # A group links to the list of its exchanges, the other groupings keep the filters.
+    assert 'href="/?model=claude-sim"' in narrowed
+    assert 'href="/stats?model=claude&amp;by=api"' in narrowed
+    assert 'type="hidden" name="by" value="model"' in narrowed
+    bad = client.get("/stats", params={"since": "yesterday", "by": "nonsense"})
+    assert bad.status_code == 200 and "since &#x27;yesterday&#x27;" in bad.text
+    assert list(_stats_rows(bad.text)) == ["all"]  # an unknown grouping: none
+    nothing = client.get("/stats", params={"model": "no-such-model"}).text
+    assert _stats_rows(nothing) == {} and "no exchanges match" in nothing
+
+
+def _no_markup_from_the_tape(text: str) -> None:
+    assert XSS not in text and not re.search(r"<img\b|onerror=\"", text)
+    assert re.findall(r"<script[^>]*>", text) == ['<script src="/static/app.js" defer>']
+    assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in text
+
+
+def test_stats_and_compare_show_recorded_markup_as_text(client: TestClient, tape: Tape) -> None:
+    xss, other = tape.one(model=XSS), tape.one(model="gpt-4o-sim")
+    stats = client.get("/stats", params={"by": "model"})
+    assert stats.headers["content-security-policy"] == CSP
+    _no_markup_from_the_tape(stats.text)
+    assert XSS in _stats_rows(stats.text)
+    compare = client.get("/compare", params={"a": other.id, "b": xss.id})
+    _no_markup_from_the_tape(compare.text)
+    # The model (facts, heading), the output, and the request header in the diff.
+    assert compare.text.count("&lt;img src=x onerror=&quot;window.pwned=1&quot;&gt;") >= 4
+    assert 'data-field="x-client-note"' in compare.text
+
+
+def test_compare_shows_both_texts_on_one_time_axis_and_what_differs_in_the_requests(
+    client: TestClient, tape: Tape
+) -> None:
+    a, b = tape.one(model="gpt-4o-sim"), tape.one(model="claude-sim")
+    page_ = client.get("/compare", params={"a": a.id, "b": b.uid}).text
+    for side, x in (("a", a), ("b", b)):
+        shown = re.search(rf'<pre class="text" id="output-{side}">(.*?)</pre>', page_, re.S)
+        assert shown is not None and html.unescape(shown.group(1)) == x.output_text
+    # One row per exchange, one mark per event, on one scale.
+    rows = re.findall(r'<g class="row" data-id="(\d+)" data-events="(\d+)">(.*?)</g>', page_)
+    assert [(int(i), int(n)) for i, n, _ in rows] == [(a.id, a.event_count), (b.id, b.event_count)]
+    marks = [len(re.findall(r'class="mark"', r)) for _, _, r in rows]
+    assert marks == [a.event_count, b.event_count]
+    diff = dict(
+        (html.unescape(f), html.unescape(re.sub(r"<[^>]+>", "|", cells)))
+        for f, cells in re.findall(r'<tr data-field="([^"]*)">(.*?)</tr>', page_)
+    )
+    assert '"gpt-4o-sim"' in diff["model"] and '"claude-sim"' in diff["model"]
+    assert '"hello gpt-4o-sim"' in diff["messages[0].content"]
+    assert "(absent)" in diff["max_tokens"] and "40" in diff["max_tokens"]
+    assert "URL" in diff and "stream" not in diff  # both streamed: not a difference
+    same = client.get("/compare", params={"a": a.id, "b": a.id}).text
+    assert "the requests are the same" in same
+    assert client.get("/compare", params={"a": a.id, "b": 999999}).status_code == 404
+    empty = client.get("/compare")
+    assert empty.status_code == 200 and 'action="/compare"' in empty.text
+    # Where a user starts from: the exchange page's form, and the header of every page.
+    detail = client.get(f"/exchanges/{a.id}").text
+    assert 'id="compare-with"' in detail and 'action="/compare"' in detail
+    assert f'type="hidden" name="a" value="{a.id}"' in detail
+    for url in ("/", "/stats", "/compare", f"/exchanges/{a.id}"):
+        assert '<a href="/stats">stats</a>' in client.get(url).text
+
+
+def test_the_timeline_zooms_wider_for_a_long_stream(client: TestClient, tape: Tape) -> None:
+    x = tape.one(model="gpt-4o-sim-pause")
+    widths = {}
+    for zoom in ("1", "4", "16", "3", "x"):
+        svg = client.get(f"/exchanges/{x.id}/timeline", params={"zoom": zoom}).text
+        found = re.match(r'<svg [^>]*width="(\d+)"', svg)
+        assert (
+            found is not None and len(re.findall(r'<line [^>]*class="mark"', svg)) == x.event_count
+        )
+        widths[zoom] = int(found.group(1))
+    assert widths["4"] == 4 * widths["1"] and widths["16"] == 16 * widths["1"]
+    assert widths["3"] == widths["x"] == widths["1"]  # only the offered zooms
+    assert 'data-zoom="16"' in client.get(f"/exchanges/{x.id}").text

@@ -100,18 +100,33 @@ function clickableMarks(svg) {
   });
 }
 
-function loadTimeline(box) {
-  // The SVG comes from the server, every recorded string in it escaped there.
-  fetch(box.dataset.src)
+function loadTimeline(box, zoom = 1) {
+  // The SVG comes from the server, every recorded string in it escaped there. Zoomed, the
+  // server draws it wider; the box scrolls sideways and keeps the same moment in its middle.
+  const middle = box.scrollWidth ? (box.scrollLeft + box.clientWidth / 2) / box.scrollWidth : 0;
+  box.dataset.state = "loading";
+  fetch(`${box.dataset.src}?zoom=${Number(zoom)}`)
     .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.statusText))))
     .then((svg) => {
       box.innerHTML = svg;
+      box.scrollLeft = Math.max(0, middle * box.scrollWidth - box.clientWidth / 2);
+      box.dataset.zoom = String(zoom);
       box.dataset.state = "loaded";
       clickableMarks(box.querySelector("svg"));
     })
     .catch((err) => {
       box.textContent = `cannot load the timeline: ${err}`;
     });
+}
+
+function zoomButtons(box) {
+  const buttons = document.querySelectorAll("#zoom button[data-zoom]");
+  buttons.forEach((button) => {
+    button.addEventListener("click", () => {
+      buttons.forEach((b) => b.setAttribute("aria-pressed", String(b === button)));
+      loadTimeline(box, Number(button.dataset.zoom) || 1);
+    });
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -122,5 +137,8 @@ document.addEventListener("DOMContentLoaded", () => {
   const events = document.querySelector("table.events[data-live]");
   if (events && window.EventSource) followEvents(events);
   const timeline = document.querySelector("#timeline[data-src]");
-  if (timeline) loadTimeline(timeline);
+  if (timeline) {
+    loadTimeline(timeline);
+    zoomButtons(timeline);
+  }
 });
