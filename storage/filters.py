@@ -12,7 +12,7 @@ from sqlalchemy import Select, or_
 
 from ssetape.storage.models import Exchange
 
-__all__ = ["ExchangeFilter", "Filters", "parse_since"]
+__all__ = ["ExchangeFilter", "Filters", "Picked", "parse_since"]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
@@ -85,6 +85,35 @@ class ExchangeFilter:
         return cls(
             **{field.name: kwargs.pop(field.name, None) for field in dataclasses.fields(cls)}
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Picked:
+    """What `ssetape export` picks besides the list's filters; every field left empty
+    matches all. ``ids`` as `ssetape show` reads them: 32 characters is a uid, other digits
+    an id."""
+
+    ids: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    path: str | None = None  # a prefix
+    states: tuple[str, ...] = ()
+    until: dt.datetime | None = None  # started before
+
+    def apply(self, stmt: S) -> S:
+        if self.ids:
+            uids = [i for i in self.ids if len(i) == 32 or not i.isdigit()]
+            nums = [int(i) for i in self.ids if i not in uids]
+            stmt = stmt.where(or_(Exchange.id.in_(nums), Exchange.uid.in_(uids)))
+        if self.hosts:
+            # Hosts are stored as the proxy saw them: lower case.
+            stmt = stmt.where(Exchange.host.in_([h.lower() for h in self.hosts]))
+        if self.path:
+            stmt = stmt.where(Exchange.path.startswith(self.path, autoescape=True))
+        if self.states:
+            stmt = stmt.where(Exchange.state.in_(self.states))
+        if self.until is not None:
+            stmt = stmt.where(Exchange.started_at < self.until)
+        return stmt
 
 
 # The name the commands used first.

@@ -8,7 +8,10 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from ssetape.records import EventRow
+from ssetape.storage import queries as queries_module
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.queries import EventSpan, Queries
@@ -38,6 +41,7 @@ def test_events_come_in_pages_by_seq(
     assert [e.seq for e in queries.events(xid, start=6, stop=12)] == [6, 8, 9, 10, 11]
     assert [e.seq for e in queries.events_page(xid, after_seq=20)] == [21, 22, 23, 24]
     assert [t.seq for t in queries.timings(xid)] == seqs
+    assert [t.seq for t in Queries(store, page=2).timings(xid)] == seqs  # pages of 10
     assert [(r.seq, r.raw) for r in queries.event_rows(xid)] == sorted((r[0], r[5]) for r in rows)
     assert [c.seq for c in queries.chunks(xid)] == list(range(12))
     span = queries.event_span(xid)
@@ -50,11 +54,19 @@ def test_events_come_in_pages_by_seq(
     assert [x.id for x in queries.exchanges(limit=1)] == [xid]
 
 
+# Both ways SQLite reads a filtered page (see Queries._filtered): a value this few exchanges
+# have through its index, one that many have along the time index.
+@pytest.mark.parametrize("common", [None, 2], ids=["rare", "common"])
 def test_exchanges_come_newest_first_in_keyset_pages_narrowed_by_a_filter(
-    store: Store, exchange_fields: Callable[..., dict[str, Any]]
+    store: Store,
+    exchange_fields: Callable[..., dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    common: int | None,
 ) -> None:
     """The pages a viewer walks, "older" link after "older" link: every exchange once, in
     order, with ties on started_at split by id, and only those the filter names."""
+    if common is not None:
+        monkeypatch.setattr(queries_module, "_COMMON", common)
     t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     with store.Session.begin() as s:
         for n in range(23):

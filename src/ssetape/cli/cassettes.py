@@ -7,7 +7,7 @@ import datetime as dt
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import click
 from rich.console import Console
@@ -19,19 +19,16 @@ from rich.progress import (
     TextColumn,
     TimeRemainingColumn,
 )
-from sqlalchemy import ColumnElement, Select, Table, or_
 
 from ssetape.cassettes.cassette import Cassette, CassetteError
 from ssetape.cassettes.format import MAX_BYTES, MAX_LINE_BYTES
 from ssetape.cassettes.har import Har
-from ssetape.cassettes.store_io import Narrow, write_cassette
 from ssetape.cassettes.store_io import Progress as ProgressFn
+from ssetape.cassettes.store_io import write_cassette
 from ssetape.cli.options import TimeParam, db_option, filter_options, open_db, shown, size_option
-from ssetape.storage.filters import Filters
-from ssetape.storage.models import Exchange
+from ssetape.storage.filters import ExchangeFilter, Picked
+from ssetape.storage.queries import Queries
 from ssetape.vocabulary import ExchangeState
-
-_EXCHANGES = cast(Table, Exchange.__table__)
 
 
 @contextlib.contextmanager
@@ -49,36 +46,6 @@ def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | Non
             bar.update(task, completed=done, total=total)
 
         yield update
-
-
-def _narrow(
-    filters: Filters,
-    ids: tuple[str, ...],
-    hosts: tuple[str, ...],
-    path: str | None,
-    states: tuple[str, ...],
-    until: dt.datetime | None,
-) -> Narrow:
-    c = _EXCHANGES.c
-    where: list[ColumnElement[bool]] = []
-    if ids:
-        # As `ssetape show` reads them: 32 characters is a uid, other digits an id.
-        uids = [i for i in ids if len(i) == 32 or not i.isdigit()]
-        nums = [int(i) for i in ids if i not in uids]
-        where.append(or_(c.id.in_(nums), c.uid.in_(uids)))
-    if hosts:
-        where.append(c.host.in_([h.lower() for h in hosts]))
-    if path:
-        where.append(c.path.startswith(path, autoescape=True))
-    if states:
-        where.append(c.state.in_(states))
-    if until is not None:
-        where.append(c.started_at < until)
-
-    def narrow(stmt: Select[Any]) -> Select[Any]:
-        return filters.apply(stmt).where(*where)
-
-    return narrow
 
 
 @click.command("export")
@@ -127,7 +94,8 @@ def export_cmd(
     any store and replay is identical. The store's redaction key is never written.
     """
     fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
-    narrow = _narrow(Filters.pop(filters), ids, hosts, path, states, until)
+    picked = Picked(ids=ids, hosts=hosts, path=path, states=states, until=until)
+    narrow = Queries.picked(ExchangeFilter.pop(filters), picked)
     store = open_db(db, create=False)
     try:
         with _progress("exporting") as progress:

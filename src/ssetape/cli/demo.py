@@ -158,5 +158,6 @@ def demo(db: str | None) -> None:
             store.close()
         console.print(
             f"[bold]{len(rows)}[/] exchanges recorded and replayed. Try: ssetape record --port "
-            "8080, then ssetape list, show ID --timeline, stats, and ssetape replay --port 8080."
+            "8080 --web, then open the viewer it prints (or ssetape list, show ID --timeline, "
+            "stats), and ssetape replay --port 8080."
         )

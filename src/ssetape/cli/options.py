@@ -32,6 +32,7 @@ __all__ = [
     "shown",
     "size_option",
     "validate_mode",
+    "web_option",
 ]
 
 DB_HELP = "SQLite file or SQLAlchemy URL (postgresql+psycopg://...). Env: SSETAPE_DB."
@@ -41,6 +42,19 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 
 db_option = click.option(
     "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
+)
+
+# `--web` alone: the port `ssetape web` listens on by default.
+WEB_PORT = 8090
+web_option = click.option(
+    "--web",
+    type=click.IntRange(0, 65535),
+    is_flag=False,
+    flag_value=WEB_PORT,
+    default=None,
+    metavar="[PORT]",
+    help=f"Also serve the viewer of the store (ssetape web) on 127.0.0.1:PORT (--web alone: "
+    f"{WEB_PORT}; 0: a free port), until Ctrl-C / SIGTERM.",
 )
 
 

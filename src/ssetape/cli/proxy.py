@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import certifi
 import click
@@ -16,11 +16,23 @@ from mitmproxy.certs import CertStore
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.recorder import Recorder
 from ssetape.addons.replayer import Replayer
-from ssetape.cli.options import DEFAULT_CONFDIR, proxy_options, shown, validate_mode
+from ssetape.cli.options import (
+    DEFAULT_CONFDIR,
+    proxy_options,
+    shown,
+    validate_mode,
+    web_option,
+)
 from ssetape.replay.direct_front import run_front
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import RecordMode
+
+if TYPE_CHECKING:
+    from ssetape.web.server import Beside
+
+# The viewer beside a proxy listens on loopback only (`ssetape web --host` can say otherwise).
+WEB_HOST = "127.0.0.1"
 
 
 def proxy_runner(
@@ -99,6 +111,50 @@ def announce(what: str, db: str, mode: str) -> Callable[[str, int], None]:
     return ready
 
 
+def viewer(web: int | None, db: str, *, err: bool = False) -> Beside | None:
+    """The viewer ``--web PORT`` asks for, its port bound (a one-line error if it cannot be),
+    not yet serving: :func:`with_viewer` starts it once the proxy listens."""
+    if web is None:
+        return None
+    # Imported here: a proxy without --web does not pay for the web framework.
+    from ssetape.web.server import Beside
+
+    def ready(url: str) -> None:
+        # Not the proxy's line: `ssetape web: ` before it (scripts wait for the first
+        # "listening on", the proxy's, printed before this one).
+        click.echo(f"ssetape web: listening on {url}; db {shown(db)} (read-only)", err=err)
+        (sys.stderr if err else sys.stdout).flush()
+
+    try:
+        return Beside(db, WEB_HOST, web, ready)
+    except OSError as e:
+        raise click.ClickException(f"cannot listen on {WEB_HOST}:{web}: {e.strerror}") from None
+
+
+def with_viewer(
+    ready: Callable[[str, int], None], beside: Beside | None
+) -> Callable[[str, int], None]:
+    """``ready``, then the viewer started (on its own thread: nothing waits on the proxy's
+    loop)."""
+    if beside is None:
+        return ready
+
+    def both(host: str, port: int) -> None:
+        ready(host, port)
+        beside.start()
+
+    return both
+
+
+def serve_beside(run: Callable[[], None], beside: Beside | None) -> None:
+    """``run()`` (the proxy, until a signal stops it), then the viewer stopped too."""
+    try:
+        run()
+    finally:
+        if beside is not None:
+            beside.stop()
+
+
 def exit_report(recorder: Recorder, *, err: bool = False) -> None:
     """The recorder's counts line. A warning (something lost) was already logged; the clean
     count is for the user too."""
@@ -108,12 +164,13 @@ def exit_report(recorder: Recorder, *, err: bool = False) -> None:
 
 @click.command()
 @proxy_options
-def record(**common: Any) -> None:
+@web_option
+def record(web: int | None, **common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
-    runner, recorder = recording_runner(
-        announce("record", common["db"], validate_mode(common["mode"])), **common
-    )
-    serve(runner)
+    beside = viewer(web, common["db"])
+    ready = announce("record", common["db"], validate_mode(common["mode"]))
+    runner, recorder = recording_runner(with_viewer(ready, beside), **common)
+    serve_beside(lambda: serve(runner), beside)
     exit_report(recorder)
 
 
@@ -151,6 +208,7 @@ def record(**common: Any) -> None:
     help="Serve recordings past the events they miss (default: stop at the first, and say so "
     "in an x-ssetape-incomplete header either way).",
 )
+@web_option
 def replay(
     speed: float,
     record_mode: str,
@@ -158,20 +216,23 @@ def replay(
     match_host: bool,
     repeat: bool,
     allow_gaps: bool,
+    web: int | None,
     **common: Any,
 ) -> None:
     """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
     db, mode = common["db"], common["mode"]
+    beside = viewer(web, db)
     if mode.startswith("reverse:") and not common["sets"] and _nothing_to_forward(db, record_mode):
-        _replay_direct(
+        serve_beside(lambda: _replay_direct(
             db, validate_mode(mode), common["host"], common["port"], speed, ignore_field,
             match_host, repeat, allow_gaps, common["redact_header"], common["redact_field"],
-        )  # fmt: skip
+            beside,
+        ), beside)  # fmt: skip
         return
     replayer = Replayer()
     runner = proxy_runner(
         [ConnectionGuard(), replayer, Recorder()],
-        on_ready=announce("replay", db, validate_mode(mode)),
+        on_ready=with_viewer(announce("replay", db, validate_mode(mode)), beside),
         extra={
             "ssetape_speed": repr(speed),
             "ssetape_record_mode": record_mode,
@@ -183,7 +244,7 @@ def replay(
         },
         **common,
     )
-    serve(runner)
+    serve_beside(lambda: serve(runner), beside)
     if replayer.hits or replayer.misses:
         click.echo(f"ssetape: replayed {replayer.hits}, missed {replayer.misses}")
 
@@ -217,6 +278,7 @@ def _replay_direct(
     allow_gaps: bool,
     redact_header: tuple[str, ...],
     redact_field: tuple[str, ...],
+    beside: Beside | None,
 ) -> None:
     def ready(h: str, p: int) -> None:
         click.echo(
@@ -238,7 +300,7 @@ def _replay_direct(
             allow_gaps=allow_gaps,
             redact_headers=list(redact_header),
             redact_fields=list(redact_field),
-            on_ready=ready,
+            on_ready=with_viewer(ready, beside),
         )
     except (StoreError, ValueError) as e:
         raise click.ClickException(str(e)) from None

@@ -8,6 +8,11 @@ reaches the command as well, cannot stop the recorder before the command has mad
 request; the recorder stops once the command has exited.
 
 Standard output is the command's alone: everything ssetape says goes to standard error.
+
+``--web``: the viewer of the store is served beside the proxy (see ``ssetape.web.server.
+Beside``), so the command's exchanges appear in the page as they are recorded; once the
+command has exited on its own, the viewer stays until Ctrl-C / SIGTERM (a signal that came
+while the command ran stops everything with it).
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from typing import Any
 
 import click
 
-from ssetape.cli.options import capture_options, db_option, shown
-from ssetape.cli.proxy import ca_bundle, exit_report, recording_runner
+from ssetape.cli.options import capture_options, db_option, shown, web_option
+from ssetape.cli.proxy import ca_bundle, exit_report, recording_runner, viewer, with_viewer
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
 
 __all__ = ["CA_VARS", "PROXY_VARS", "child_env", "run"]
@@ -58,6 +63,8 @@ CA_VARS = (
 NODE_PROXY = resources.files("ssetape.cli") / "node_proxy.cjs"
 NOT_FOUND, NOT_EXECUTABLE = 127, 126  # as a shell says it
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# How long the command waits for the viewer (--web) to be up; past it, it runs anyway.
+_VIEWER_START_S = 10
 
 
 def child_env(environ: Mapping[str, str], proxy_url: str, bundle: Path) -> dict[str, str]:
@@ -109,10 +116,12 @@ class _Signals:
     def __init__(self) -> None:
         self.child: subprocess.Popen[bytes] | None = None
         self.received: int | None = None
+        self.stopped = threading.Event()
         self._old = {sig: signal.signal(sig, self._handle) for sig in FORWARDED}
 
     def _handle(self, sig: int, frame: FrameType | None) -> None:
         self.received = sig
+        self.stopped.set()
         if self.child is not None and not _terminal_sent(sig):
             self.child.send_signal(sig)
 
@@ -147,9 +156,13 @@ def _fail(command: str, why: str, code: int) -> None:
     raise SystemExit(code)
 
 
-def _where_to_look(db: str) -> str:
-    """The last line: where the recording can be seen. (A `--web` option would name the
-    viewer's URL here instead, its server started beside the proxy in :func:`run`.)"""
+def _where_to_look(db: str, web_url: str | None = None) -> str:
+    """The last line: where the recording can be seen, the viewer if it serves."""
+    if web_url:
+        return (
+            f"ssetape run: recorded into {shown(db)}; see: {web_url} "
+            "(the viewer serves until Ctrl-C)"
+        )
     return (
         f"ssetape run: recorded into {shown(db)}; see: ssetape list --db {shlex.quote(shown(db))}"
     )
@@ -164,15 +177,17 @@ def _where_to_look(db: str) -> str:
     type=click.IntRange(0, 65535),
     help="Loopback port of the recording proxy (0: a free one).",
 )
+@web_option
 @capture_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(command: tuple[str, ...], db: str, port: int, **capture: Any) -> None:
+def run(command: tuple[str, ...], db: str, port: int, web: int | None, **capture: Any) -> None:
     """Record what one command sends: run it through a recording proxy, with the proxy and
     ssetape's CA in its environment, and exit with its exit code.
 
     \b
     ssetape run -- python app.py
     ssetape run --db tape.db -- node app.js
+    ssetape run --web -- python app.py    (the viewer on http://127.0.0.1:8090)
     """
     # Our stdout is the command's: mitmproxy's log and our lines go to stderr.
     sys.stdout = sys.stderr
@@ -183,7 +198,7 @@ def run(command: tuple[str, ...], db: str, port: int, **capture: Any) -> None:
               NOT_EXECUTABLE if exists else NOT_FOUND)  # fmt: skip
     signals = _Signals()
     try:
-        code = _record_while(command, db, port, capture, signals)
+        code = _record_while(command, db, port, web, capture, signals)
     finally:
         signals.restore()
     raise SystemExit(code)
@@ -193,20 +208,27 @@ def _record_while(
     command: tuple[str, ...],
     db: str,
     port: int,
+    web: int | None,
     capture: dict[str, Any],
     signals: _Signals,
 ) -> int:
     recording = _Recording()
+    beside = viewer(web, db, err=True)
     runner, recorder = recording_runner(
-        recording.listening, db=db, mode="regular", host="127.0.0.1", port=port, **capture
-    )
+        with_viewer(recording.listening, beside),
+        db=db, mode="regular", host="127.0.0.1", port=port, **capture,
+    )  # fmt: skip
     recording.start(runner)
     while not recording.ready.wait(0.1):  # a signal handler runs between waits
         pass
     if recording.error is not None:
         recording.thread.join()
+        if beside is not None:
+            beside.stop()
         _raise_start_error(recording.error, port)
     click.echo(f"ssetape run: recording through {recording.url} into {shown(db)}", err=True)
+    if beside is not None:  # its URL before the command's first request, for the page
+        beside.settled.wait(_VIEWER_START_S)
     try:
         if signals.received is not None:  # stopped before the command could start
             code = 128 + signals.received
@@ -217,7 +239,19 @@ def _record_while(
     if recording.error is not None:  # the proxy died while the command ran
         click.echo(f"ssetape run: the recorder stopped early: {recording.error!r}", err=True)
     exit_report(recorder, err=True)
-    click.echo(_where_to_look(db), err=True)
+    if beside is None:
+        click.echo(_where_to_look(db), err=True)
+        return code
+    try:
+        if signals.received is None and beside.url:  # the command ended on its own
+            signals.child = None
+            click.echo(_where_to_look(db, beside.url), err=True)
+            while not signals.stopped.wait(0.2):  # a signal handler runs between waits
+                pass
+        else:
+            click.echo(_where_to_look(db), err=True)
+    finally:
+        beside.stop()
     return code
 
 
