@@ -1,0 +1,23 @@
+"""`ssetape mcp`: the store as a Model Context Protocol server over stdio (see
+ssetape.mcp_server)."""
+
+from __future__ import annotations
+
+import click
+
+from ssetape.cli.options import db_option, open_db
+
+
+@click.command("mcp")
+@db_option
+def mcp_cmd(db: str) -> None:
+    """Serve the store to coding agents over MCP on stdio (read-only tools)."""
+    # Imported here: the other commands do not pay for the SDK. Stdout is the protocol's:
+    # nothing else may print there.
+    from ssetape.mcp_server.server import serve
+
+    store = open_db(db)
+    try:
+        serve(store)
+    finally:
+        store.close()

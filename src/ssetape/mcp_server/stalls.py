@@ -1,0 +1,68 @@
+"""Pauses inside streams: which exchanges stalled (their longest gap says), where, and the
+events on either side of each pause."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from ssetape.mcp_server.exchanges import event_doc
+from ssetape.mcp_server.paging import cursor_ints, limit_of, since_of
+from ssetape.mcp_server.texts import clip
+from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.queries import Queries
+from ssetape.views.documents import summary
+
+__all__ = ["find_stalls"]
+
+# Exchanges a page looks into (each is read event by event), pauses told per exchange, and
+# events shown on each side of a pause.
+STALLED_MAX = 20
+PAUSES_SHOWN = 3
+AROUND = 2
+
+
+Pause = tuple[int, int, int]  # (gap in us, seq before it, seq after it)
+
+
+def _pauses(queries: Queries, exchange_id: int, min_gap_us: int) -> tuple[int, list[Pause]]:
+    """How many pauses of at least ``min_gap_us`` the stream has, and the longest few, by
+    seq."""
+    count, longest = 0, list[Pause]()
+    last: tuple[int, int] | None = None  # (seq, offset_us)
+    for seq, offset_us, _event, _data in queries.timing_rows(exchange_id):
+        if last is not None and offset_us - last[1] >= min_gap_us:
+            count += 1
+            heapq.heappush(longest, (offset_us - last[1], last[0], seq))
+            if len(longest) > PAUSES_SHOWN:
+                heapq.heappop(longest)
+        last = (seq, offset_us)
+    return count, sorted(longest, key=lambda p: p[2])
+
+
+def find_stalls(
+    queries: Queries, *, min_gap_ms: float = 1000, since: str | None = None, limit: int = 10,
+    cursor: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    n = limit_of(limit, STALLED_MAX)
+    min_gap_us = max(1, round(min_gap_ms * 1000))
+    before = cursor_ints(cursor, 1)
+    rows = queries.stalled(min_gap_us, ExchangeFilter(since=since_of(since)), limit=n,
+                           before=before[0] if before else None)  # fmt: skip
+    stalls = []
+    for x in rows:
+        count, longest = _pauses(queries, x.id, min_gap_us)
+        pauses = []
+        for gap_us, prev, seq in longest:
+            before_it = queries.events_page(x.id, after_seq=prev - AROUND, stop_seq=seq)
+            after_it = queries.events_page(x.id, after_seq=seq - 1, limit=AROUND)
+            pauses.append({
+                "gap_ms": round(gap_us / 1000, 3),
+                "between_seqs": [prev, seq],
+                "events_before": [event_doc(e) for e in before_it[-AROUND:]],
+                "events_after": [event_doc(e) for e in after_it],
+            })  # fmt: skip
+        gap_max_ms = round((x.gap_max_us or 0) / 1000, 3)
+        stalls.append({"exchange": clip(summary(x)), "gap_max_ms": gap_max_ms,
+                       "pauses_found": count, "pauses": pauses})  # fmt: skip
+    return {"stalls": stalls, "next_cursor": str(rows[-1].id) if len(rows) == n else None}
