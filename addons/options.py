@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from mitmproxy import exceptions
+from mitmproxy import exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from ssetape import redactor
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store, StoreError
+from ssetape.vocabulary import MAX_SESSION, Header, check_session, session_of
 
 
 def default_db() -> str:
@@ -78,3 +79,33 @@ def at_least(option: str, value: int, least: int) -> int:
     if value < least:
         raise exceptions.OptionsError(f"{option}: {value} is below the least allowed, {least}")
     return value
+
+
+def add_session_option(loader: Loader) -> None:
+    loader.add_option(
+        "ssetape_session",
+        str,
+        "",
+        f"The session (at most {MAX_SESSION} printable characters) of every exchange whose "
+        f"request names none in an {Header.SESSION} header; a change applies to the "
+        "exchanges after it.",
+    )
+
+
+def configured_session(value: str) -> str | None:
+    """``ssetape_session`` checked: None when empty, a one-line OptionsError when bad."""
+    try:
+        return check_session(value) or None
+    except ValueError as e:
+        raise exceptions.OptionsError(f"ssetape_session: {e}") from None
+
+
+def take_session(req: http.Request) -> str | None:
+    """The session the request names, its header removed: it must never reach the upstream
+    (nor the store's copy of the headers). Only the request head is needed: a body that
+    streams has not passed yet."""
+    values = req.headers.get_all(Header.SESSION)
+    if not values:
+        return None
+    del req.headers[Header.SESSION]
+    return next(filter(None, map(session_of, values)), None)

@@ -22,12 +22,15 @@ from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.options import (
+    add_session_option,
     add_store_options,
     at_least,
+    configured_session,
     default_db,
     open_store,
     seconds,
     store_redactor,
+    take_session,
 )
 from ssetape.addons.request_body import (
     body_fields,
@@ -56,6 +59,7 @@ log = logging.getLogger("ssetape.recorder")
 # flow.metadata keys: plain values only, as mitmproxy copies and saves metadata.
 META = "ssetape"
 REPLAYED = "ssetape_replayed"
+SESSION = "ssetape_session"  # the session the request's header named
 STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
 READY_WAIT = 30.0  # seconds the proxy's start waits for the recording process, at most
@@ -95,6 +99,7 @@ class Recorder:
         self.link: RecordLink | None = None
         self.redactor: Redactor | None = None
         self.profiles: dict[str, str] = {}  # ssetape_profile, parsed
+        self.session: str | None = None  # ssetape_session, checked
         self.inflight: dict[str, http.HTTPFlow] = {}
         # The counts line logged when the recorder stops; ``exit_warned``: it was a warning
         # (something was lost), so `ssetape record` need not print it again.
@@ -103,6 +108,7 @@ class Recorder:
 
     def load(self, loader: Loader) -> None:
         add_store_options(loader)
+        add_session_option(loader)
         loader.add_option(
             "ssetape_record",
             bool,
@@ -155,6 +161,8 @@ class Recorder:
             log.warning("ssetape: the recording process is not ready yet; traffic flows anyway")
 
     def configure(self, updated: set[str]) -> None:
+        # Read as each exchange begins: a change applies to the exchanges after it.
+        self.session = configured_session(ctx.options.ssetape_session)
         if not ctx.options.ssetape_record:
             return
         deadline = seconds("ssetape_store_timeout", ctx.options.ssetape_store_timeout)
@@ -189,7 +197,11 @@ class Recorder:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """A body over MAX_BODY, or of unknown length, streams through a tap instead of being
-        buffered whole by mitmproxy: the proxy's memory stays bounded whatever the upload."""
+        buffered whole by mitmproxy: the proxy's memory stays bounded whatever the upload.
+        The session header goes whether or not this request is recorded."""
+        session = take_session(flow.request)
+        if session is not None:
+            flow.metadata[SESSION] = session
         if self.link is not None and ctx.options.ssetape_record and not self._may_replay():
             tap_if_large(flow.request)
 
@@ -260,6 +272,7 @@ class Recorder:
             "port": req.port,
             # Chosen as the exchange begins, so live analysis and reindex read it alike.
             "profile": profile_for(req.host, self.profiles, req.port).name,
+            "session": flow.metadata.get(SESSION) or self.session,
             "http_version": req.http_version,
             "request_headers": self.redactor.headers_list(req.headers.items(multi=True)),
         }

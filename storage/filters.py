@@ -50,6 +50,7 @@ class ExchangeFilter:
     host: str | None = None
     since: dt.datetime | None = None
     text: str | None = None  # in the output text or the path
+    session: str | None = None  # exact
 
     def apply(self, stmt: S) -> S:
         if self.api:
@@ -76,6 +77,8 @@ class ExchangeFilter:
                     Exchange.path.contains(self.text, autoescape=True),
                 )
             )
+        if self.session:
+            stmt = stmt.where(Exchange.session == self.session)
         return stmt
 
     @classmethod

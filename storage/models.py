@@ -180,6 +180,9 @@ class Exchange(Base):
     # The first event seq the recording misses (the proxy or the store dropped it, or the
     # store file went away): replay stops there unless told to serve the gaps. Migration 0003.
     gap_seq: Mapped[int | None] = mapped_column(Integer)
+    # The run, test or user flow the exchange belongs to (x-ssetape-session, or the recorder's
+    # ssetape_session), at most vocabulary.MAX_SESSION characters. Migration 0005.
+    session: Mapped[str | None] = mapped_column(Str(200), index=True)
 
     # Stream knowledge (migration 0002), derived by ssetape.analysis.knowledge from the
     # events; all NULL until analysed (`ssetape reindex` fills old rows).

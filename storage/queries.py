@@ -22,7 +22,9 @@ from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.store import Store
 
-__all__ = ["GROUP_BY", "PAGE", "EventSpan", "Queries", "RawEvent", "StatRow", "Timing"]
+__all__ = [
+    "GROUP_BY", "PAGE", "EventSpan", "Queries", "RawEvent", "SpanRow", "StatRow", "Timing",
+]  # fmt: skip
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
@@ -33,6 +35,7 @@ GROUP_BY = {
     "api": Exchange.api,
     "outcome": Exchange.outcome,
     "status": Exchange.status,
+    "session": Exchange.session,
 }
 
 # Matches past which a filtered page walks the time index (see Queries._filtered): at this
@@ -351,6 +354,50 @@ class Queries:
             for row in s.execute(stmt.execution_options(yield_per=10_000)):
                 yield SeriesRow(*row)
 
+    def stalled(
+        self, min_gap_us: int, filters: ExchangeFilter, *, limit: int, before: int | None = None
+    ) -> list[Exchange]:
+        """Exchanges whose longest pause between two events reached ``min_gap_us``, newest
+        first, in pages keyed as :meth:`exchanges` (``before``: the last id of the previous
+        page)."""
+        stmt = filters.apply(select(Exchange).where(Exchange.gap_max_us >= min_gap_us))
+        if before is not None:
+            at = select(Exchange.started_at).where(Exchange.id == before).scalar_subquery()
+            stmt = stmt.where(
+                or_(Exchange.started_at < at, and_(Exchange.started_at == at, Exchange.id < before))
+            )
+        stmt = stmt.order_by(Exchange.started_at.desc(), Exchange.id.desc()).limit(limit)
+        with self.store.Session() as s:
+            return list(s.scalars(stmt))
+
+    def findings_of(
+        self, code: str | None, filters: ExchangeFilter, *, limit: int,
+        before: tuple[int, int] | None = None,
+    ) -> list[tuple[Finding, Exchange]]:  # fmt: skip
+        """Findings (of ``code``, or all) with their exchange, newest exchange first, in pages
+        keyed on (exchange id, n): ``before`` is the last of the previous page."""
+        stmt = filters.apply(select(Finding, Exchange).join(Exchange))
+        if code:
+            stmt = stmt.where(Finding.code == code)
+        if before is not None:
+            xid, n = before
+            stmt = stmt.where(
+                or_(Finding.exchange_id < xid, and_(Finding.exchange_id == xid, Finding.n > n))
+            )
+        stmt = stmt.order_by(Finding.exchange_id.desc(), Finding.n).limit(limit)
+        with self.store.Session() as s:
+            return [(f, x) for f, x in s.execute(stmt).tuples()]
+
+    def span_rows(self, by: str | None, filters: ExchangeFilter) -> Iterator[SpanRow]:
+        """When each matching exchange started and how long it took, with its group (as
+        :meth:`stat_rows`), streamed: a group's wall time runs from its first start to its
+        last end."""
+        key = GROUP_BY[by] if by else Exchange.id
+        stmt = filters.apply(select(key, Exchange.started_at, Exchange.duration_us))
+        with self.store.Session() as s:
+            for row in s.execute(stmt.execution_options(yield_per=10_000)):
+                yield SpanRow(*row)
+
 
 class SeriesRow(NamedTuple):
     """One exchange as the stats page's charts see it (see :meth:`Queries.stat_series`)."""
@@ -362,3 +409,11 @@ class SeriesRow(NamedTuple):
     state: str
     ttfb_us: int | None
     ttft_us: int | None
+
+
+class SpanRow(NamedTuple):
+    """One exchange's place in time (see :meth:`Queries.span_rows`)."""
+
+    group: Any
+    started_at: dt.datetime
+    duration_us: int | None

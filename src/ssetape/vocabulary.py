@@ -13,10 +13,13 @@ __all__ = [
     "ERROR_OUTCOMES",
     "INLINE_BODY",
     "MAX_BODY",
+    "MAX_SESSION",
     "ExchangeState",
     "Header",
     "Outcome",
     "RecordMode",
+    "check_session",
+    "session_of",
 ]
 
 
@@ -93,7 +96,8 @@ ERROR_OUTCOMES: frozenset[str] = frozenset(
 
 class Header(StrEnum):
     """Headers ssetape adds: between the proxy and its timed server, between the test
-    forwarder and the cassette server, and on replay misses."""
+    forwarder and the cassette server, and on replay misses; and the one a client adds to name
+    its session."""
 
     EXCHANGE = "x-ssetape-exchange"  # the recording to play
     T0 = "x-ssetape-t0"  # when the proxy had the whole request (time.monotonic())
@@ -103,6 +107,8 @@ class Header(StrEnum):
     MISS = "x-ssetape-miss"  # on a replay miss's 404
     INCOMPLETE = "x-ssetape-incomplete"  # on a replay of a recording that misses something
     GAPS = "x-ssetape-gaps"  # "serve": replay past the recording's gaps (default: stop there)
+    # The session a request belongs to: read and stripped by the recorder, never sent upstream.
+    SESSION = "x-ssetape-session"
 
     @property
     def raw(self) -> bytes:
@@ -116,3 +122,24 @@ INLINE_BODY = 64 * 1024
 # Request bodies larger than this are neither stored nor parsed: their size and SHA-256 stand
 # for them (in the store and in matching), so a huge upload costs no memory twice.
 MAX_BODY = 16 << 20
+
+# Characters a session name keeps: the width of its column (storage.models.Exchange.session).
+MAX_SESSION = 200
+
+
+def check_session(name: str) -> str:
+    """A session name a user gives (an option): refused, with a one-line ValueError, when it
+    is longer than MAX_SESSION or has a character that does not print; "" names none."""
+    if len(name) > MAX_SESSION:
+        raise ValueError(f"a session name has at most {MAX_SESSION} characters, not {len(name)}")
+    if not name.isprintable():
+        raise ValueError(f"session name {name[:40]!r} has a character that does not print")
+    return name.strip()
+
+
+def session_of(value: str) -> str | None:
+    """A session name a request gives (its Header.SESSION): never fails the request, so what
+    does not print is left out and a longer name is cut to MAX_SESSION characters; None if
+    nothing is left."""
+    name = "".join(c for c in value if c.isprintable()).strip()[:MAX_SESSION].rstrip()
+    return name or None

@@ -41,7 +41,7 @@ LAYERS = [
     {"storage", "migrations"},
     {"analysis"},
     {"recording", "replay", "cassettes", "simulator"},
-    {"addons", "testing", "views", "web"},
+    {"addons", "testing", "views", "web", "mcp_server"},
     {"cli"},
 ]
 
@@ -133,9 +133,9 @@ import sys
 import ssetape.cassettes.cassette, ssetape.cassettes.har, ssetape.replay.direct_front
 import ssetape.replay.timed_server, ssetape.recording.worker, ssetape.testing.tape_session
 import ssetape.cli.browse, ssetape.cli.audit, ssetape.cli.cassettes, ssetape.cli.main
-import ssetape.web.server
+import ssetape.web.server, ssetape.mcp_server.server
 from ssetape.cli.main import main
-for command in ("list", "show", "stats", "reindex", "export", "import", "web"):
+for command in ("list", "show", "stats", "reindex", "export", "import", "web", "mcp"):
     main.get_command(None, command)
 print(sorted({m.split(".")[0] for m in sys.modules if m.startswith("mitmproxy")}))
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -99,4 +100,25 @@ class Stats:
                 g.usage_reported += 1
             g.input_tokens += tin or 0
             g.output_tokens += tout or 0
-        return [g.json() for g in sorted(groups.values(), key=lambda g: (-g.count, g.name))]
+        ordered = sorted(groups.values(), key=lambda g: (-g.count, g.name))
+        out = [g.json() for g in ordered]
+        if by == "session":
+            walls = self._wall_us(filters)
+            for g, doc in zip(ordered, out, strict=True):
+                # The time its calls spent waiting for their first tokens: calls may
+                # overlap, so it can be more than the wall time.
+                doc["ttft_total_ms"] = _ms(sum(g.ttft))
+                doc["wall_ms"] = _ms(walls.get(g.name))
+        return out
+
+    def _wall_us(self, filters: ExchangeFilter) -> dict[str, float]:
+        """Each session's wall time: its first call's start to its last call's end (a call
+        without a response yet ends at its start)."""
+        spans: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+        for row in Queries(self._store).span_rows("session", filters):
+            name = "-" if row.group is None else str(row.group)
+            end = row.started_at + dt.timedelta(microseconds=row.duration_us or 0)
+            first, last = spans.get(name, (row.started_at, end))
+            spans[name] = (min(first, row.started_at), max(last, end))
+        one_us = dt.timedelta(microseconds=1)
+        return {name: (last - first) / one_us for name, (first, last) in spans.items()}

@@ -31,6 +31,7 @@ COMMANDS = {
     "simulate": "ssetape.cli.simulate:simulate",
     "demo": "ssetape.cli.demo:demo",
     "web": "ssetape.cli.web:web",
+    "mcp": "ssetape.cli.mcp:mcp_cmd",
 }
 
 

@@ -18,7 +18,7 @@ from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, 
 from ssetape.storage.filters import parse_since
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store, StoreError
-from ssetape.vocabulary import Outcome
+from ssetape.vocabulary import MAX_SESSION, Outcome, check_session
 
 __all__ = [
     "DEFAULT_CONFDIR",
@@ -29,6 +29,7 @@ __all__ = [
     "print_json",
     "profile_option",
     "proxy_options",
+    "session_option",
     "shown",
     "size_option",
     "validate_mode",
@@ -74,6 +75,22 @@ profile_option = click.option(
     help=f"Read HOST's streams under provider profile NAME ({', '.join(profile_names())}); "
     "'.example.com' or '*.example.com' names a domain, HOST:PORT one port. Default: the "
     f"profile naming the host, else {DEFAULT_PROFILE} (repeatable).",
+)
+
+
+def _session(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    try:
+        return check_session(value or "")
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+session_option = click.option(
+    "--session",
+    metavar="NAME",
+    callback=_session,
+    help=f"Name the session of every exchange whose request names none in an "
+    f"x-ssetape-session header (at most {MAX_SESSION} printable characters).",
 )
 
 
@@ -126,6 +143,7 @@ def capture_options(f: F) -> F:
         click.option("--redact-field", multiple=True,
                      help="JSON body field to redact: dotted path or bare name (repeatable)."),
         profile_option,
+        session_option,
         click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True,
                      help="mitmproxy's directory (CA certificate)."),
         click.option("--set", "sets", multiple=True, metavar="OPTION=VALUE",
@@ -171,6 +189,7 @@ def filter_options(f: F) -> F:
                      help="Only since a time: 30m, 1h, 2d or 2026-11-01."),
         click.option("--grep", "text", metavar="TEXT",
                      help="Only where the output text or path has TEXT."),
+        click.option("--session", metavar="NAME", help="Only this session's exchanges."),
     ])  # fmt: skip
 
 

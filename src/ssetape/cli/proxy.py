@@ -47,6 +47,7 @@ def proxy_runner(
     redact_header: tuple[str, ...],
     redact_field: tuple[str, ...],
     profiles: dict[str, str],
+    session: str,
     extra: dict[str, Any],
     on_ready: Callable[[str, int], None],
 ) -> ProxyRunner:
@@ -56,6 +57,7 @@ def proxy_runner(
         "ssetape_redact_header": list(redact_header),
         "ssetape_redact_field": list(redact_field),
         "ssetape_profile": [f"{host}={name}" for host, name in profiles.items()],
+        "ssetape_session": session,
         **extra,
     }
     return ProxyRunner(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ssetape.vocabulary import RecordMode
+from ssetape.vocabulary import RecordMode, session_of
 
 # Imported when a test uses the fixture: every pytest run in an environment with ssetape
 # installed loads this module, and most of them never need SQLAlchemy.
@@ -190,6 +190,8 @@ def _session(item: pytest.Item) -> TapeSession:
         profiles=_profiles(opts.get("profiles", {})),
         run_id=config.stash[_RUN_ID],
         ssetape_bin=config.getoption("ssetape_bin"),
+        # What it records is grouped per test (cut as a header's name would be).
+        session=session_of(item.nodeid) or "",
     )
     if not session.replaying:
         session.redaction_key = _redaction_key(config)

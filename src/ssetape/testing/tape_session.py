@@ -69,6 +69,7 @@ class TapeSession:
         run_id: str = "",
         lock_dir: Path | None = None,
         ssetape_bin: str = "",
+        session: str = "",
     ) -> None:
         mode = RecordMode.parse(record_mode, "record_mode")
         if not speed >= 0:
@@ -89,6 +90,8 @@ class TapeSession:
         # HOST=NAME provider profiles the streams are read under, recorded and replayed.
         self.profiles = dict(profiles or {})
         self.run_id = run_id
+        #: The session the exchanges it records belong to (the plugin: the test's node id).
+        self.session = session
         self.lock_dir = lock_dir or default_lock_dir()
         #: True when this test replays the cassette; False when it records.
         self.replaying = mode.replays(tape_empty=not cassette.exists())
@@ -291,6 +294,8 @@ class TapeSession:
             args += ["--profile", f"{host}={name}"]
         for header in self.redact_headers:
             args += ["--redact-header", header]
+        if self.session:
+            args += ["--session", self.session]
         self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
         return ChildProxy(args, what=f"ssetape recording proxy ({mode})", cwd=self._tmp)
 

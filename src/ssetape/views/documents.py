@@ -58,6 +58,7 @@ def summary(x: Exchange) -> dict[str, Any]:
         },
         "profile": x.profile,
         "ttft_ms": _ms(x.ttft_us),
+        "session": x.session,
     }
 
 

@@ -173,6 +173,8 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
         f"  ttfb {s['ttfb_ms']} ms  ttft {s['ttft_ms']} ms  duration {s['duration_ms']} ms",
     )
     parts: list[RenderableType] = [head]
+    if x.session is not None:
+        parts.append(cell(f"session: {x.session}"))
     if x.error:
         parts.append(cell(f"error: {x.error}", "red"))
     if x.analysis_version is not None:
@@ -292,6 +294,10 @@ def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
     t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=20)
     for col in ("n", "errors", "ttfb p50/95", "ttft p50/95", "tok in", "tok out", "tok/s"):
         t.add_column(col, justify="right", no_wrap=True)
+    # A session's own times (see Stats.groups): first start to last end, TTFTs summed.
+    timed = ("wall_ms", "ttft_total_ms") if by == "session" else ()
+    for col in ("wall s", "ttft sum s")[: len(timed)]:
+        t.add_column(col, justify="right", no_wrap=True)
 
     def pair(d: dict[str, float | None]) -> str:
         return "/".join("-" if v is None else f"{v:.0f}" for v in (d["p50"], d["p95"]))
@@ -307,6 +313,7 @@ def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
             f"{r['input_tokens']:,}",
             f"{r['output_tokens']:,}",
             "-" if tps is None else f"{tps:.1f}",
+            *("-" if r[k] is None else f"{r[k] / 1000:.2f}" for k in timed),
         )
     return t
 

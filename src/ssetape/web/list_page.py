@@ -24,6 +24,7 @@ FILTER_PARAMS = {
     "host": "host",
     "since": "since",
     "q": "text",
+    "session": "session",
 }
 PAGE_SIZE = 50
 _COLUMNS = (

@@ -1,0 +1,72 @@
+"""The pytest plugin names each test's recorded exchanges after the test (its node id), and
+the session changes nothing on replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx  # noqa: F401
+
+# Imported here, before pytester snapshots sys.modules (see test_pytest_plugin).
+import mitmproxy.certs  # noqa: F401
+import pytest
+
+import ssetape.testing.tape_session  # noqa: F401
+from ssetape.analysis.stats import Stats
+from ssetape.cassettes.cassette import Cassette
+from ssetape.simulator.simulator import Simulator
+from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.store import Store
+from tests.conftest import SIM_SPEED
+
+pytest_plugins = ["pytester"]
+
+TESTS = """
+import httpx, pytest
+
+UPSTREAM = "{upstream}"
+CHAT = dict(model="sim-chat", stream=True, messages=[dict(role="user", content="hi")])
+
+
+def ask(ssetape):
+    url = ssetape.base_url(UPSTREAM + "/v1") + "/chat/completions"
+    r = httpx.post(url, json=CHAT, timeout=30)
+    assert r.status_code == 200 and "[DONE]" in r.text
+
+
+def test_one(ssetape):
+    ask(ssetape)
+
+
+@pytest.mark.parametrize("n", [7])
+def test_two(ssetape, n):
+    ask(ssetape)
+"""
+
+
+def test_each_test_records_into_a_session_of_its_own_and_replays_unchanged(
+    pytester: pytest.Pytester, confdir: Path, tmp_path: Path
+) -> None:
+    args = ["--ssetape-confdir", str(confdir), "-p", "no:cacheprovider", "-p", "no:randomly"]
+    with Simulator(speed=SIM_SPEED).serve_in_thread() as sim:
+        pytester.makepyfile(test_llm=TESTS.format(upstream=sim.url))
+        run = pytester.inline_run("--ssetape-record-mode=once", *args)
+        run.assertoutcome(passed=2)
+    ids = sorted(r.nodeid for r in run.getreports("pytest_runtest_logreport") if r.when == "call")
+    assert [i.rpartition("/")[2] for i in ids] == [
+        "test_llm.py::test_one",
+        "test_llm.py::test_two[7]",
+    ]
+
+    cassettes = sorted((pytester.path / "cassettes" / "test_llm").iterdir())
+    assert [p.name for p in cassettes] == ["test_one.jsonl", "test_two[7].jsonl"]
+    with Store.open(str(tmp_path / "all.db")) as store:
+        for path in cassettes:
+            Cassette(path).import_into(store)
+        groups = Stats(store).groups("session", ExchangeFilter())
+        one = [x.session for x in store.exchanges()]
+    assert sorted(g["group"] for g in groups) == sorted(one) == ids
+    assert all(g["count"] == 1 and g["output_tokens"] > 0 for g in groups)
+
+    # The simulator is gone: the session is no part of matching, every request is found.
+    pytester.runpytest(*args).assert_outcomes(passed=2)
