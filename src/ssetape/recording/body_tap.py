@@ -29,7 +29,9 @@ class BodyTap:
         self._bound = bound
         self._parts: list[bytes] = []
         self.size = 0
-        self._hash: Any = None  # hashlib's sha256, once past the bound: most bodies never are
+        # Hashed as it passes, chunk by chunk: hashing what was kept only once the bound is
+        # crossed would hash 16 MiB at once on the proxy's event loop.
+        self._hash: Any = hashlib.sha256()
         self.broken = False  # a recording bug: the body is not known, the traffic unharmed
 
     def __call__(self, data: bytes) -> bytes:
@@ -37,39 +39,34 @@ class BodyTap:
             try:
                 self._add(data)
             except Exception:  # never let a recording bug touch the traffic
-                self.broken, self._parts, self._hash = True, [], None
+                self.broken, self._parts = True, []
                 log.exception("ssetape: cannot record a request body; traffic continues")
         return data
 
     def _add(self, data: bytes) -> None:
         self.size += len(data)
-        if self._hash is None:
-            if self.size <= self._bound:
-                self._parts.append(data)
-                return
-            self._hash = hashlib.sha256(b"".join(self._parts))
-            self._parts = []
         self._hash.update(data)
+        if self.size <= self._bound:
+            self._parts.append(data)
+        elif self._parts:
+            self._parts = []  # past the bound: only its size and hash are kept
 
     @property
     def over(self) -> bool:
         """Past the bound: only its size and hash are known."""
-        return self._hash is not None
+        return self.size > self._bound
 
     def stand_in(self) -> bytes:
         """What passed so far, as a stand-in whatever its size: the body of a request the
         upstream answered before it ended (a 413, a 401) is incomplete, never parsed."""
         if self.broken:
             raise RuntimeError("the request body tap failed")
-        digest = (
-            self._hash.copy() if self._hash is not None else hashlib.sha256(b"".join(self._parts))
-        )
-        return placeholder_of(self.size, digest.hexdigest())
+        return placeholder_of(self.size, self._hash.copy().hexdigest())
 
     def body(self) -> bytes:
         """The body as read, or past the bound its stand-in (JSON bytes)."""
         if self.broken:
             raise RuntimeError("the request body tap failed")
-        if self._hash is not None:
+        if self.over:
             return placeholder_of(self.size, self._hash.hexdigest())
         return b"".join(self._parts)

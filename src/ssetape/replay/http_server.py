@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import resource
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from ssetape.matching import placeholder_of
-from ssetape.vocabulary import MAX_BODY
+from ssetape.recording.body_tap import BodyTap
 
 __all__ = [
     "BadRequest",
@@ -137,30 +134,6 @@ class BadRequest(ValueError):
     """A request the server cannot read (malformed framing); the message says why."""
 
 
-class _Body:
-    """A request body as read: kept up to MAX_BODY, hashed past it (never held whole)."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.hash: Any = None  # hashlib's sha256, once past MAX_BODY: most bodies never are
-
-    def add(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.hash is None:
-            if self.size <= MAX_BODY:
-                self.parts.append(data)
-                return
-            self.hash = hashlib.sha256(b"".join(self.parts))
-            self.parts.clear()
-        self.hash.update(data)
-
-    def value(self) -> bytes:
-        if self.hash is not None:  # as the recorder stored it: its stand-in
-            return placeholder_of(self.size, self.hash.hexdigest())
-        return b"".join(self.parts)
-
-
 async def read_body(
     reader: asyncio.StreamReader, headers: dict[bytes, bytes], idle: float | None = None
 ) -> bytes:
@@ -168,7 +141,7 @@ async def read_body(
     right. Read in pieces: a declared 5 GB body never sits in memory. ``idle``: seconds a
     read may wait for the next byte (TimeoutError past it), so a client that stalls inside
     its body does not hold its connection for good; a slow upload that moves is served."""
-    body = _Body()
+    body = BodyTap()
     if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
         while True:
             line = (await asyncio.wait_for(reader.readuntil(b"\r\n"), idle)).split(b";")[0].strip()
@@ -181,18 +154,20 @@ async def read_body(
             await _read_into(reader, body, size, idle)
             await asyncio.wait_for(reader.readexactly(2), idle)  # the chunk's CRLF
             if size == 0:  # no trailers: its CRLF was read with it
-                return body.value()
+                return body.body()
     length = headers.get(b"content-length", b"0").strip() or b"0"
     if not length.isdigit():
         raise BadRequest(f"bad Content-Length {length[:20]!r}")
     await _read_into(reader, body, int(length), idle)
-    return body.value()
+    return body.body()
 
 
-async def _read_into(reader: asyncio.StreamReader, body: _Body, n: int, idle: float | None) -> None:
+async def _read_into(
+    reader: asyncio.StreamReader, body: BodyTap, n: int, idle: float | None
+) -> None:
     while n > 0:
         data = await asyncio.wait_for(reader.read(min(n, 1 << 16)), idle)
         if not data:
             raise asyncio.IncompleteReadError(b"", n)
-        body.add(data)
+        body(data)
         n -= len(data)
