@@ -193,6 +193,8 @@ class ConnectionGuard:
     def request(self, flow: http.HTTPFlow) -> None:
         # Not at the head: a body that trickles in (or never comes) is still waiting, under
         # the same deadline as a head, and evictable at the cap.
+        if flow.response is not None or flow.error is not None:
+            return  # answered before its body ended (a streamed upload refused): already over
         cid = flow.client_conn.id
         if cid in self._clients:
             self._flows.setdefault(cid, set()).add(flow.id)
