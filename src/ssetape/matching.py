@@ -7,6 +7,7 @@ key order and whitespace normalised; ``ignore`` drops volatile JSON fields (dott
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -150,3 +151,15 @@ def _diff(a: Any, b: Any, path: str, out: list[Difference], limit: int) -> None:
             _diff(x, y, f"{path}[{i}]", out, limit)
     else:
         out.append(Difference(path or "request", a, b))
+
+
+# C0 and C1 controls (newline and tab too), DEL and the bidirectional overrides.
+_NOT_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line, every control character written out (``\\x1b``,
+    ``\\n``): what a miss says names recorded hosts and paths (a cassette's, somebody's input),
+    and is printed to a terminal, a log and a test report, where an escape sequence would act
+    and a newline would forge a line."""
+    return _NOT_ONE_LINE.sub(lambda m: repr(m.group())[1:-1], text)

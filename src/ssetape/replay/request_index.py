@@ -19,7 +19,7 @@ from typing import Any, cast
 import orjson
 from sqlalchemy import func, select
 
-from ssetape.matching import canonical_request, differences, fingerprint, leaves
+from ssetape.matching import canonical_request, differences, fingerprint, leaves, one_line
 from ssetape.redactor import Redactor, unmask
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
@@ -261,8 +261,10 @@ class RequestIndex:
             self._served[fp] = n + 1
             return ids[min(n, len(ids) - 1)]
         return Miss(
-            f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
-            "were all served (ssetape_repeat is off)",
+            one_line(
+                f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
+                "were all served (ssetape_repeat is off)"
+            ),
             [],
         )
 
@@ -317,7 +319,7 @@ class RequestIndex:
             )
         else:
             msg += "; the tape is empty"
-        return Miss(f"{msg}. {self.hint}", nearest)
+        return Miss(one_line(f"{msg}. {self.hint}"), nearest)
 
 
 def _rough(canonical: dict[str, Any]) -> frozenset[int]:

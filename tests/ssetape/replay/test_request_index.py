@@ -168,3 +168,27 @@ def test_misses_on_a_tape_that_did_not_change_read_no_recording_again(tmp_path: 
         assert index.lookup("POST", HOST, PATH, chat_body("timed", stream=True)) == 1
         assert isinstance(index.lookup("POST", HOST, PATH, chat_body("x", stream=True)), Miss)
         assert reads == 1
+
+
+def test_a_miss_names_a_recorded_path_as_one_printable_line(tmp_path: Path) -> None:
+    """A cassette's path is somebody's input: the miss that names it (printed to a terminal,
+    a log, a test report) carries no escape sequence and forges no line."""
+    store = Store.open(str(tmp_path / "t.db"))
+    w = Writer(store)
+    w.start()
+    evil = "/v1/x\x1b]0;pwned\x07\nssetape: all requests matched\u202e"
+    canon = canonical_request("POST", "api.example", evil, "", b"{}")
+    w.begin(
+        "e" * 32, started_at=datetime.now(UTC), method="POST", scheme="https", host="api.example",
+        port=443, path=evil, query="", http_version="HTTP/1.1", request_headers=[],
+        request_body=b"{}", fingerprint=fingerprint(canon),
+    )  # fmt: skip
+    w.update("e" * 32, status=200)
+    w.finish("e" * 32, state="completed")
+    assert w.flush()
+    miss = RequestIndex(store, Redactor(b"k")).lookup("POST", "api.example", "/v1/y", b"{}")
+    assert isinstance(miss, Miss) and "nearest is #1" in miss.message
+    assert not any(c in miss.message for c in "\x1b\x07\n\u202e")
+    assert "\\x1b]0;pwned\\x07\\nssetape: all requests matched" in miss.message
+    w.close()
+    store.close()
