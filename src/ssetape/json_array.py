@@ -310,14 +310,3 @@ def _walk(data: bytes, lo: int, hi: int, depth: int) -> tuple[int, int]:
             if depth <= 0:
                 return j + 1, 0
     return -1, depth
-
-
-def _may_close(brackets: bytes, depth: int) -> bool:
-    """Whether the depth may come back to 0 in ``brackets``: with the pairs inside it taken
-    out, what is left is ")))(((", and it does if its closes are ``depth`` or more."""
-    for _ in range(_REDUCTIONS):
-        fewer = brackets.replace(b"()", b"")
-        if len(fewer) == len(brackets):
-            return fewer.count(b")") >= depth
-        brackets = fewer
-    return True  # nested too deep to tell cheaply: look closer, in halves
