@@ -9,13 +9,14 @@ page's own script and stylesheet only, no inline script, nothing from elsewhere.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from importlib.resources import files
 from typing import IO
 
 import anyio
 import orjson
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -29,7 +30,7 @@ from ssetape.views.timeline import Timeline
 from ssetape.views.timeline_svg import TimelineSvg
 from ssetape.web.compare_page import ComparePage
 from ssetape.web.exchange_page import ZOOMS, ExchangePage
-from ssetape.web.html import el, page
+from ssetape.web.html import el, id_of, page
 from ssetape.web.list_page import ListView
 from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
 from ssetape.web.playback import pieces
@@ -75,7 +76,14 @@ class _SecurityHeaders:
         await self.app(scope, receive, sending)
 
 
-def create_app(queries: Queries) -> ASGIApp:
+# Loopback as a browser names it: a page on another site that points its own name at
+# 127.0.0.1 (DNS rebinding) sends that name in Host and is refused, so it cannot read the store.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
+    """The viewer; ``hosts``: the only Host names it answers (None: any, as for a viewer
+    that listens beyond loopback, where the user chose who may reach it)."""
     assets = {
         name: (files("ssetape.web").joinpath("static", name).read_bytes(), kind)
         for name, kind in _ASSETS.items()
@@ -86,7 +94,7 @@ def create_app(queries: Queries) -> ASGIApp:
 
     def exchange_of(request: Request) -> Exchange | None:
         key: str = request.path_params["key"]
-        return queries.exchange(int(key) if key.isdigit() else key)
+        return queries.exchange(key if (n := id_of(key)) is None else n)
 
     def index(request: Request) -> Response:
         return HTMLResponse(ListView.parse(request.query_params).render(queries))
@@ -96,7 +104,7 @@ def create_app(queries: Queries) -> ASGIApp:
         if x is None:
             return not_found(f"no exchange {request.path_params['key']}")
         after = request.query_params.get("after", "")
-        return HTMLResponse(ExchangePage(x, queries, after=int(after) if after.isdigit() else -1)
+        return HTMLResponse(ExchangePage(x, queries, after=-1 if (n := id_of(after)) is None else n)
                             .render())  # fmt: skip
 
     def stats(request: Request) -> Response:
@@ -171,8 +179,8 @@ def create_app(queries: Queries) -> ASGIApp:
         view = ListView.parse(request.query_params)
         after = _int(request.headers.get("last-event-id") or request.query_params.get("after"))
         watch = {
-            int(i) for i in request.query_params.get("watch", "").split(",")[:WATCH_MAX]
-            if i.isdigit()
+            n for i in request.query_params.get("watch", "").split(",")[:WATCH_MAX]
+            if (n := id_of(i)) is not None
         }  # fmt: skip
         return _sse(exchanges_stream(queries, view, after, watch))
 
@@ -198,7 +206,10 @@ def create_app(queries: Queries) -> ASGIApp:
         Route("/exchanges/{key}/download/{kind}", download),
         Route("/static/{name}", asset),
     ]
-    return _SecurityHeaders(Starlette(routes=routes))
+    app: ASGIApp = Starlette(routes=routes)
+    if hosts is not None:
+        app = TrustedHostMiddleware(app, allowed_hosts=list(hosts))
+    return _SecurityHeaders(app)
 
 
 # URL name -> (file name, media type)

@@ -25,13 +25,12 @@ from ssetape.views.timeline import (
     ticks,
 )
 from ssetape.web.charts import svg
-from ssetape.web.html import Markup, el, join, link, ms, page
+from ssetape.web.html import Markup, cut, el, id_of, join, link, ms, page
 from ssetape.web.request_diff import DIFF_ROWS, differences
 
-__all__ = ["MARKS_DRAWN", "TEXT_SHOWN", "ComparePage"]
+__all__ = ["MARKS_DRAWN", "ComparePage"]
 
 MARKS_DRAWN = 3000
-TEXT_SHOWN = 200_000
 _WIDTH, _LEFT, _RIGHT, _TOP, _ROW = 1100, 120, 30, 10, 44
 
 
@@ -47,7 +46,7 @@ class ComparePage:
         found: list[Exchange] = []
         missing = []
         for key in self.keys:
-            x = self.queries.exchange(int(key) if key.isdigit() else key) if key else None
+            x = self.queries.exchange(key if (n := id_of(key)) is None else n) if key else None
             if x is None:
                 missing.append(key)
             else:
@@ -198,13 +197,10 @@ def _facts(a: Exchange, b: Exchange) -> Markup:
 
 
 def _text(side: str, x: Exchange) -> Markup:
-    text = x.output_text or ""
-    shown = text[:TEXT_SHOWN]
-    note = f" … cut at {TEXT_SHOWN:,} characters" if len(text) > TEXT_SHOWN else ""
     return el(
         "div",
         el("h3", f"{side}: #{x.id} ", x.model or ""),
-        el("pre", shown, note, class_="text", id=f"output-{side}"),
+        el("pre", cut(x.output_text or ""), class_="text", id=f"output-{side}"),
     )
 
 

@@ -17,7 +17,7 @@ from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import url_of
 from ssetape.vocabulary import ExchangeState
-from ssetape.web.html import Markup, el, join, link, ms, page
+from ssetape.web.html import Markup, cut, el, join, link, ms, page
 
 __all__ = [
     "BODY_SHOWN", "DATA_SHOWN", "EVENTS_PER_PAGE", "HEADERS_SHOWN", "ZOOMS", "ExchangePage",
@@ -145,7 +145,7 @@ class ExchangePage:
         details = x.details or {}
         parts = [
             el("h2", "Output"),
-            el("pre", x.output_text or "", id="output", class_="text"),
+            el("pre", cut(x.output_text or ""), id="output", class_="text"),
             el(
                 "div",
                 el(
@@ -161,10 +161,10 @@ class ExchangePage:
         ]
         for name, key in (("Refusal", "refusal_text"), ("Reasoning", "reasoning_text")):
             if details.get(key):
-                parts += [el("h3", name), el("pre", str(details[key]), class_="text")]
+                parts += [el("h3", name), el("pre", cut(str(details[key])), class_="text")]
         calls = details.get("tool_calls")
         if calls:
-            parts += [el("h3", "Tool calls"), el("pre", _pretty_json(calls), class_="json")]
+            parts += [el("h3", "Tool calls"), el("pre", cut(_pretty_json(calls)), class_="json")]
         return el("section", *parts, id="said")
 
     def _findings(self, findings: list[Finding], shown: set[int]) -> Markup:

@@ -14,7 +14,19 @@ from urllib.parse import urlencode
 
 from ssetape.views.timeline import fmt_us
 
-__all__ = ["Markup", "el", "esc", "join", "link", "ms", "page", "query"]
+__all__ = [
+    "TEXT_SHOWN",
+    "Markup",
+    "cut",
+    "el",
+    "esc",
+    "id_of",
+    "join",
+    "link",
+    "ms",
+    "page",
+    "query",
+]
 
 # Characters no page should carry even escaped: C0/C1 controls but tab and newline, and the
 # bidirectional overrides that show text in another order than it is.
@@ -95,3 +107,19 @@ def page(title: str, *body: object, script: bool = True) -> str:
     return (
         f"<!doctype html>\n<html lang=en><head>{head}</head><body>{nav}{join(body)}</body></html>"
     )
+
+
+def id_of(text: str) -> int | None:
+    """A row id or seq from a URL, or None: ASCII digits only (``"²".isdigit()`` is true and
+    ``int`` refuses it) and short enough for a 64-bit column."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
+
+
+TEXT_SHOWN = 200_000  # characters of a recorded text (output, reasoning, tool calls) on a page
+
+
+def cut(text: str, limit: int = TEXT_SHOWN) -> str:
+    """A recorded text as a page shows it: cut at ``limit`` characters, saying how long it is."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} … cut at {limit:,} of {len(text):,} characters"

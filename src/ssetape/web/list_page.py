@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ssetape.storage.filters import ExchangeFilter, parse_since
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
-from ssetape.web.html import Markup, el, join, link, ms, page, query
+from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
 
 __all__ = ["FILTER_PARAMS", "ListView", "row_html"]
 
@@ -57,7 +57,7 @@ class ListView:
                 error = str(e).replace("--since", "since")
                 del values["since"]
         before_text = args.get("before", "")
-        before = int(before_text) if before_text.isdigit() else None
+        before = id_of(before_text)
         return cls(params, ExchangeFilter(**values), before, error)  # type: ignore[arg-type]
 
     def render(self, queries: Queries) -> str:

@@ -64,10 +64,12 @@ def _poll(
             seen[x.id] = look
             changed.append(x)
         # Followed while in flight, and once more when it is done.
-        if x.state == ExchangeState.RECORDING and len(watch) < WATCH_MAX:
+        if x.state == ExchangeState.RECORDING and (x.id in watch or len(watch) < WATCH_MAX):
             watch.add(x.id)
         else:
             watch.discard(x.id)
+    for gone in seen.keys() - watch:  # only rows in flight come back: the rest is done with
+        del seen[gone]
     counts = queries.finding_counts([x.id for x in changed])
     return [(x.id, row_html(x, counts.get(x.id, 0))) for x in changed]
 

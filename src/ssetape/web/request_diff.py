@@ -34,16 +34,21 @@ def _headers(x: Exchange) -> dict[str, str]:
     return {k: ", ".join(v) for k, v in out.items()}
 
 
-def _leaves(obj: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """(JSON path, the value as compact JSON) of every leaf; an empty list or object is one."""
-    if isinstance(obj, dict) and obj:
-        for k, v in obj.items():
-            yield from _leaves(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(obj, list) and obj:
-        for i, v in enumerate(obj):
-            yield from _leaves(v, f"{path}[{i}]")
-    else:
-        yield path or "(body)", orjson.dumps(obj).decode()
+def _leaves(obj: Any) -> Iterator[tuple[str, str]]:
+    """(JSON path, the value as compact JSON) of every leaf, in document order; an empty list
+    or object is one. Not recursive, as :func:`ssetape.matching.leaves`: a body may nest as
+    deep as the JSON parser allows, past Python's recursion limit."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict) and value:
+            kids = [(f"{path}.{k}" if path else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list) and value:
+            kids = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            yield path or "(body)", orjson.dumps(value).decode()
+            continue
+        stack += reversed(kids)
 
 
 def _json(body: bytes | None) -> Any:

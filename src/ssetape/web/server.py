@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import signal
 import socket
 import sys
@@ -20,7 +21,7 @@ import uvicorn
 
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store, StoreError
-from ssetape.web.app import create_app
+from ssetape.web.app import LOOPBACK_NAMES, create_app
 
 __all__ = ["Beside", "WebServer", "bind"]
 
@@ -65,7 +66,7 @@ class WebServer:
         bound = self.sock.getsockname()
         self.host, self.port = host, int(bound[1])
         config = uvicorn.Config(
-            create_app(Queries(store)),
+            create_app(Queries(store), hosts=_hosts(host)),
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=_STOP_GRACE_S,
@@ -157,3 +158,13 @@ class Beside:
         self.url = url
         self.announce(url)
         self.settled.set()
+
+
+def _hosts(host: str) -> list[str] | None:
+    """The Host names the viewer answers: loopback's when it listens on loopback (a site
+    rebinding its name to 127.0.0.1 is refused), any when told to listen beyond it."""
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    return [*LOOPBACK_NAMES, host] if loopback else None

@@ -17,10 +17,12 @@ from starlette.testclient import TestClient
 
 from ssetape.cli.main import main
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.web import exchange_page
 from ssetape.web.app import CSP, create_app
+from ssetape.web.request_diff import differences
 from tests.addons.stores import pg_schema
 from tests.conftest import SIM_SPEED, Proc
 from tests.ssetape.web.conftest import XSS, Tape, chat, record
@@ -326,3 +328,28 @@ def test_the_timeline_zooms_wider_for_a_long_stream(client: TestClient, tape: Ta
     assert widths["4"] == 4 * widths["1"] and widths["16"] == 16 * widths["1"]
     assert widths["3"] == widths["x"] == widths["1"]  # only the offered zooms
     assert 'data-zoom="16"' in client.get(f"/exchanges/{x.id}").text
+
+
+def test_the_viewer_answers_only_loopback_names_a_rebound_site_is_refused(web: Proc) -> None:
+    """A site the user visits can point its own name at 127.0.0.1 (DNS rebinding) and read
+    the page with the user's browser: the viewer on loopback answers only loopback names."""
+    assert httpx.get(web.url + "/").status_code == 200
+    port = web.url.rsplit(":", 1)[1]
+    for name in ("localhost", "127.0.0.1"):
+        assert httpx.get(web.url + "/", headers={"host": f"{name}:{port}"}).status_code == 200
+    rebound = httpx.get(web.url + "/", headers={"host": f"evil.example:{port}"})
+    assert rebound.status_code == 400 and "recorded" not in rebound.text
+
+
+def test_compare_reads_a_body_nested_deeper_than_pythons_recursion_limit() -> None:
+    """JSON may nest as deep as the parser allows (orjson: 1024), past Python's recursion
+    limit: /compare and the MCP compare tool still tell the differing field."""
+    deep = b"[" * 1020 + b"%d" + b"]" * 1020
+    a, b = (
+        Exchange(method="POST", scheme="https", host="h", port=443, path="/v1/x", query="",
+                 request_headers=[], request_body=deep % n)
+        for n in (1, 2)
+    )  # fmt: skip
+    found, cut = differences(a, b)
+    assert not cut
+    assert [(w, v1, v2) for w, _, v1, v2 in found] == [("body", "1", "2")]
