@@ -128,8 +128,11 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
+    """A Chromium of the test's own. Not kept across tests: Playwright's sync API keeps an
+    event loop running in the thread while it lives, and a test that runs next in the same
+    worker (xdist hands out tests one by one) could not call asyncio.run()."""
     executable = os.environ.get(BROWSER_ENV)
     if not executable:
         pytest.skip(f"{BROWSER_ENV} not set: browser tests need a Chromium (/usr/bin/chromium)")
