@@ -9,6 +9,7 @@ from mitmproxy import exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from ssetape import redactor
+from ssetape.cost.price_book import PriceBook, PriceDataError
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import MAX_SESSION, Header, check_session, session_of
@@ -109,3 +110,26 @@ def take_session(req: http.Request) -> str | None:
         return None
     del req.headers[Header.SESSION]
     return next(filter(None, map(session_of, values)), None)
+
+
+def add_price_data_option(loader: Loader) -> None:
+    loader.add_option(
+        "ssetape_price_data",
+        str,
+        "",
+        "A genai-prices data.json to price exchanges with (today's prices offline); "
+        "empty: the data of the installed genai-prices release.",
+    )
+
+
+def configured_price_data(value: str, updated: set[str]) -> str | None:
+    """``ssetape_price_data`` checked: read whole once when set, so that a file that is not
+    price data is a one-line OptionsError, not a recording process that cannot price."""
+    if not value:
+        return None
+    if "ssetape_price_data" in updated:
+        try:
+            PriceBook.from_file(value)
+        except PriceDataError as e:
+            raise exceptions.OptionsError(f"ssetape_price_data: {e}") from None
+    return value

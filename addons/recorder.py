@@ -22,9 +22,11 @@ from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.options import (
+    add_price_data_option,
     add_session_option,
     add_store_options,
     at_least,
+    configured_price_data,
     configured_session,
     default_db,
     open_store,
@@ -145,6 +147,7 @@ class Recorder:
             f"{', '.join(profile_names())}; '.example.com' names a whole domain). Hosts not "
             f"named here get the profile that names them, else '{DEFAULT_PROFILE}'.",
         )
+        add_price_data_option(loader)
         loader.add_option(
             "ssetape_max_pending",
             int,
@@ -174,7 +177,10 @@ class Recorder:
             self.profiles = parse_profile_overrides(ctx.options.ssetape_profile)
         except ValueError as e:
             raise exceptions.OptionsError(f"ssetape_profile: {e}") from None
-        if self.store is None or updated & {"ssetape_db", "ssetape_store_timeout"}:
+        price_data = configured_price_data(ctx.options.ssetape_price_data, updated)
+        if self.store is None or updated & {
+            "ssetape_db", "ssetape_store_timeout", "ssetape_price_data"
+        }:  # fmt: skip
             # Opened here too: a bad target is an option error (and the old store stays),
             # and migrations run once.
             store = open_store(ctx.options.ssetape_db)
@@ -184,6 +190,7 @@ class Recorder:
                 ctx.options.ssetape_db or default_db(),
                 max_pending=max_pending,
                 deadline=deadline,
+                price_data=price_data,
                 # Beside the replayer, a replay-only session must leave its tape untouched.
                 active="ssetape_record_mode" not in ctx.options,
             )

@@ -208,6 +208,14 @@ class Exchange(Base):
     # refusal_text, reasoning_text, tool_calls: shown, rarely filtered on.
     details: Mapped[dict[str, Any] | None] = mapped_column(Json(none_as_null=True))
     analysis_version: Mapped[int | None] = mapped_column(Integer)
+    # Price (migration 0006), from ssetape.cost at the rates in force at started_at: USD
+    # billionths (exact sums), the genai-prices provider and model it matched, why there is
+    # no price (or what it leaves out), and the price data used ("genai-prices 0.2.3").
+    cost_nusd: Mapped[int | None] = mapped_column(BigInteger)
+    price_provider: Mapped[str | None] = mapped_column(Str(64))
+    price_model: Mapped[str | None] = mapped_column(Str(200))
+    price_note: Mapped[str | None] = mapped_column(LongText)
+    price_data: Mapped[str | None] = mapped_column(Str(100))
 
     events: Mapped[list[Event]] = relationship(
         back_populates="exchange",

@@ -89,6 +89,7 @@ class StatRow(NamedTuple):
     input_tokens: int | None
     output_tokens: int | None
     tokens_per_s: float | None
+    cost_nusd: int | None
 
 
 class Queries:
@@ -243,11 +244,12 @@ class Queries:
                 Exchange.input_tokens,
                 Exchange.output_tokens,
                 Exchange.tokens_per_s,
+                Exchange.cost_nusd,
             )
         )
         with self.store.Session() as s:
             for row in s.execute(stmt.execution_options(yield_per=10_000)):
-                yield StatRow(*row)
+                yield StatRow._make(row)
 
     # -- events --------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import httpx
 import orjson
 
 from ssetape.analysis.knowledge import Knowledge
+from ssetape.cost.price_book import PriceBook, PriceQuery
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE, Proc
 from tests.corpus import PICK, RealStream, corpus_upstream, real_streams
@@ -47,6 +48,7 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
             status, got = _send(client, replay.url, stream)
             assert (status, got) == (200, stream.wire), stream.name
     store = Store.open(rec.db, create=False)
+    book = PriceBook.bundled()
     try:
         exchanges = {_picked(x.request_headers): x for x in store.exchanges()}
         expected = {row[0]: row[1:] for row in EXPECTED}
@@ -85,6 +87,16 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
             events = store.events(x.id) if first is not None else []
             firsts = [e.offset_us for e in events if e.seq == first]
             assert x.ttft_us == (firsts[0] if firsts else None), stream.name
+            # Priced in the recording process as the provider's own figures say (see
+            # tests/ssetape/cost): here served from 127.0.0.1, at the model maker's rates.
+            q = PriceQuery(
+                x.api, x.model, x.scheme, x.host, x.port, x.started_at, x.profile,
+                x.input_tokens, x.output_tokens, x.cache_read_tokens, x.cache_write_tokens,
+                x.reasoning_tokens, details.get("web_searches"),
+            )  # fmt: skip
+            assert x.cost_nusd == book.price(q).nusd, stream.name
+            assert x.price_data == book.version and (x.cost_nusd is not None or x.price_note)
+        assert sum(x.cost_nusd is not None for x in exchanges.values()) >= 30
     finally:
         store.close()
 

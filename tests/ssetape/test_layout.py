@@ -39,7 +39,7 @@ LAYERS = [
         "http_fields",
     },
     {"storage", "migrations"},
-    {"analysis"},
+    {"analysis", "cost"},
     {"recording", "replay", "cassettes", "simulator"},
     {"addons", "testing", "views", "web", "mcp_server"},
     {"cli"},

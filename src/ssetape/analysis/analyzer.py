@@ -55,6 +55,8 @@ class Analysis:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    # Billed per call beside the tokens: Anthropic's server_tool_use.web_search_requests.
+    web_searches: int | None = None
     # The provider profile the stream was read under (ssetape.analysis.profiles).
     profile: str = DEFAULT_PROFILE
     ttft_us: int | None = None
@@ -244,6 +246,7 @@ class Analyzer:
             cache_read_tokens=tally.cache_read_tokens,
             cache_write_tokens=tally.cache_write_tokens,
             reasoning_tokens=tally.reasoning_tokens,
+            web_searches=tally.web_searches,
             profile=self.profile.name,
             ttft_us=ttft,
             gap_median_us=median,

@@ -54,3 +54,6 @@ class ApiRules:
     # The label of an error object (an HTTP error body's "error"): code, else type, else
     # message, unless the API names its errors otherwise (Gemini: its status).
     error_reason: Callable[[object], str | None] = Tally.error_reason
+    # Whether the reported input count leaves cache reads and writes out (Anthropic's
+    # input_tokens), where the others count them in: pricing adds them back.
+    input_excludes_cache: bool = False

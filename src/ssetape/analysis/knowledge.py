@@ -20,6 +20,8 @@ from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.apis import streams_array
 from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
+from ssetape.cost.price import Price
+from ssetape.cost.price_book import LazyPriceBook, PriceBook, PriceQuery
 from ssetape.storage.engine import SQLITE_BEGIN
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import Store
@@ -27,7 +29,7 @@ from ssetape.storage.store import Store
 log = logging.getLogger("ssetape.analysis.knowledge")
 
 # Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
-ANALYSIS_VERSION = 2  # 2: provider profiles, cache and reasoning token counts
+ANALYSIS_VERSION = 3  # 2: provider profiles, cache and reasoning counts; 3: web searches
 _PAGE = 5_000
 EXCHANGES = cast(Table, Exchange.__table__)
 
@@ -56,21 +58,61 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
             "refusal_text": a.refusal_text,
             "reasoning_text": a.reasoning_text,
             "tool_calls": a.tool_calls,
+            "web_searches": a.web_searches,
         },
         "analysis_version": ANALYSIS_VERSION,
     }
 
 
-# The exchange columns the analysis writes: derived from the events, so never in a cassette.
-KNOWLEDGE_COLUMNS = frozenset(knowledge_columns(Analysis("", None, "", None)))
+# The exchange columns the analysis and its pricing write: derived from the events, so never
+# in a cassette (an import analyses and prices again).
+KNOWLEDGE_COLUMNS = frozenset(knowledge_columns(Analysis("", None, "", None))) | frozenset(
+    Price(None).columns()
+)
 _UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
+_WHERE = (EXCHANGES.c.id, EXCHANGES.c.scheme, EXCHANGES.c.host, EXCHANGES.c.port)
 
 
-def _save(conn: Connection, results: list[tuple[int, Analysis]]) -> None:
-    """Knowledge columns and findings of analysed exchanges: a few statements for all."""
+def _prices(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook) -> list[Price]:
+    """Each analysed exchange's price, from its analysis and where and when it was sent."""
+    ids = [xid for xid, _ in results]
+    rows: dict[int, Any] = {}
+    for start in range(0, len(ids), 500):  # SQLite caps the variables in one statement
+        stmt = select(*_WHERE, EXCHANGES.c.started_at).where(
+            EXCHANGES.c.id.in_(ids[start : start + 500])
+        )
+        rows.update((r.id, r) for r in conn.execute(stmt))
+    prices: list[Price] = []
+    for xid, a in results:
+        r = rows.get(xid)
+        if r is None:
+            prices.append(Price(None, "exchange gone", data=book.version))
+            continue
+        query = PriceQuery(
+            a.api, a.model, r.scheme, r.host, r.port, r.started_at, a.profile,
+            a.input_tokens, a.output_tokens, a.cache_read_tokens, a.cache_write_tokens,
+            a.reasoning_tokens, a.web_searches,
+        )  # fmt: skip
+        try:
+            prices.append(book.price(query))
+        except Exception as e:  # a price must never cost the exchange its knowledge
+            log.warning("pricing exchange %d failed: %r", xid, e)
+            prices.append(Price(None, f"pricing failed: {type(e).__name__}", data=book.version))
+    return prices
+
+
+def _save(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook) -> None:
+    """Knowledge columns, price and findings of analysed exchanges: a few statements for all."""
     if not results:
         return
-    conn.execute(_UPDATE, [{"xid_": xid, **knowledge_columns(a)} for xid, a in results])
+    prices = _prices(conn, results, book)
+    conn.execute(
+        _UPDATE,
+        [
+            {"xid_": xid, **knowledge_columns(a), **price.columns()}
+            for (xid, a), price in zip(results, prices, strict=True)
+        ],
+    )
     ids = [xid for xid, _ in results]
     for start in range(0, len(ids), 500):  # SQLite caps the variables in one statement
         conn.execute(delete(Finding).where(Finding.exchange_id.in_(ids[start : start + 500])))
@@ -92,12 +134,14 @@ class Knowledge:
         live: Callable[[str], Analysis | None] | None = None,
         *,
         profiles: Mapping[str, str] | None = None,
+        prices: LazyPriceBook | None = None,
     ) -> None:
         """``live``: the analysis already made while recording an exchange, by uid.
         ``profiles``: HOST=NAME overrides for re-analysis; without one, an exchange keeps the
         profile it was last read under (recorded, or a reindex's override), else gets its
-        host's."""
+        host's. ``prices``: the price data (genai-prices' own by default)."""
         self._store = store
+        self.prices = prices or LazyPriceBook()
         self._live = live
         self._profiles = profiles or {}
         self._engine = (
@@ -157,7 +201,7 @@ class Knowledge:
                 live = self._live(x.uid) if self._live is not None else None
                 results.append((xid, live if live is not None else self.analyse(s, x)))
                 s.expunge(x)  # keep the session small over long reindex runs
-            _save(s.connection(), results)
+            _save(s.connection(), results, self.prices())
         return len(results)
 
     def save_live(self, finished: list[tuple[int, str]]) -> int:
@@ -176,16 +220,20 @@ class Knowledge:
                 results.append((xid, a))
         if results:
             with self._engine.begin() as conn:
-                _save(conn, results)
+                _save(conn, results, self.prices())
         return len(results) + (self.update(rest) if rest else 0)
 
     def exchange_ids(self, *, stale_only: bool = False) -> list[int]:
-        """Exchanges to (re)index: all, or only those never analysed by this version."""
+        """Exchanges to (re)index: all, or only those not analysed by this version or not
+        priced with this price data."""
         stmt = select(Exchange.id).order_by(Exchange.id)
         if stale_only:
+            version = self.prices().version
             stmt = stmt.where(
                 (Exchange.analysis_version.is_(None))
                 | (Exchange.analysis_version != ANALYSIS_VERSION)
+                | Exchange.price_data.is_(None)
+                | (Exchange.price_data != version)
             )
         with self._store.Session() as s:
             return list(s.scalars(stmt))

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ssetape.cost.price import usd
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.queries import GROUP_BY, Queries
 from ssetape.storage.store import Store
@@ -50,6 +51,8 @@ class _Group:
         self.input_tokens = 0
         self.output_tokens = 0
         self.usage_reported = 0
+        self.cost_nusd = 0
+        self.priced = 0
 
     def json(self) -> dict[str, Any]:
         tps = percentile(self.tps, 50)
@@ -71,6 +74,12 @@ class _Group:
             "output_tokens": self.output_tokens,
             "usage_reported": self.usage_reported,
             "tokens_per_s": {"p50": None if tps is None else round(tps, 2)},
+            # The sum over the priced exchanges (exact, in nano-dollars); None when none
+            # was priced, never 0. ``unpriced``: how many the sum leaves out.
+            "cost_usd": usd(self.cost_nusd) if self.priced else None,
+            "cost_nusd": self.cost_nusd if self.priced else None,
+            "priced": self.priced,
+            "unpriced": self.count - self.priced,
         }
 
 
@@ -100,6 +109,9 @@ class Stats:
                 g.usage_reported += 1
             g.input_tokens += tin or 0
             g.output_tokens += tout or 0
+            if row.cost_nusd is not None:
+                g.priced += 1
+                g.cost_nusd += row.cost_nusd
         ordered = sorted(groups.values(), key=lambda g: (-g.count, g.name))
         out = [g.json() for g in ordered]
         if by == "session":

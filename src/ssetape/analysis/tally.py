@@ -48,6 +48,7 @@ class Tally:
         # Parts of the counts above that providers report apart: input served from the prompt
         # cache, input written to it, and output spent on reasoning.
         self.cache_read_tokens: int | None = None
+        self.web_searches: int | None = None
         self.cache_write_tokens: int | None = None
         self.reasoning_tokens: int | None = None
         self.usage_seen = False
@@ -103,12 +104,19 @@ class Tally:
         self.total_tokens = as_count(total, self.total_tokens)
 
     def usage_details(
-        self, *, cache_read: object = None, cache_write: object = None, reasoning: object = None
+        self,
+        *,
+        cache_read: object = None,
+        cache_write: object = None,
+        reasoning: object = None,
+        web_searches: object = None,
     ) -> None:
-        """Record the cache and reasoning parts of the counts; non-counts are ignored."""
+        """Record the cache and reasoning parts of the counts, and the billed server tool calls
+        (Anthropic's web searches); non-counts are ignored."""
         self.cache_read_tokens = as_count(cache_read, self.cache_read_tokens)
         self.cache_write_tokens = as_count(cache_write, self.cache_write_tokens)
         self.reasoning_tokens = as_count(reasoning, self.reasoning_tokens)
+        self.web_searches = as_count(web_searches, self.web_searches)
 
     def set_model(self, value: object) -> None:
         if self.model is None and isinstance(value, str) and value:

@@ -11,7 +11,15 @@ from rich.progress import Progress
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import GROUP_BY, Stats
-from ssetape.cli.options import db_option, filter_options, open_db, print_json, profile_option
+from ssetape.cli.options import (
+    db_option,
+    filter_options,
+    open_db,
+    price_data_option,
+    print_json,
+    profile_option,
+)
+from ssetape.cost.price_book import LazyPriceBook
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
@@ -75,18 +83,21 @@ def stats(db: str, by: str | None, as_json: bool, runs: bool, **filters: Any) ->
 @db_option
 @click.option("--stale", is_flag=True, help="Only exchanges not analysed by this version yet.")
 @profile_option
-def reindex(db: str, stale: bool, profiles: dict[str, str]) -> None:
-    """Recompute the stream knowledge (api, model, outcome, usage, timing, findings).
+@price_data_option
+def reindex(db: str, stale: bool, profiles: dict[str, str], price_data: str) -> None:
+    """Recompute the stream knowledge (api, model, outcome, usage, timing, findings) and
+    each exchange's price at the rates of its day.
 
     Each exchange is read under the profile it was recorded with (its host's, for stores
-    older than profiles), unless --profile names its host."""
+    older than profiles), unless --profile names its host. --stale also takes exchanges
+    priced with other price data than this run's."""
     store = open_db(db)
     try:
-        knowledge = Knowledge(store, profiles=profiles)
+        knowledge = Knowledge(store, profiles=profiles, prices=LazyPriceBook(price_data or None))
         ids = knowledge.exchange_ids(stale_only=stale)
         with Progress(console=Console(stderr=True), disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("reindex", total=len(ids))
             done = knowledge.reanalyse(ids, progress=lambda n: bar.advance(task, n))
     finally:
         store.close()
-    click.echo(f"reindexed {done} exchange(s)")
+    click.echo(f"reindexed {done} exchange(s), priced with {knowledge.prices().version}")

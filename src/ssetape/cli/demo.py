@@ -24,23 +24,25 @@ from ssetape.storage.filters import Filters
 from ssetape.storage.store import Store
 from ssetape.views.tables import list_table, show_view, stats_table
 
+# Real model names, so that the demo shows prices (the simulator answers any model; its host
+# is no provider's, so each is priced at its maker's rates, and `show` says so).
 REQUESTS: list[tuple[str, str, dict[str, object]]] = [
     (
         "chat completions",
         "/v1/chat/completions",
         {
-            "model": "sim-demo",
+            "model": "gpt-4o-mini",
             "stream": True,
             "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": "Say hello to ssetape"}],
         },
     ),
-    ("responses", "/v1/responses", {"model": "sim-demo", "stream": True, "input": "Hello"}),
+    ("responses", "/v1/responses", {"model": "gpt-4.1-mini", "stream": True, "input": "Hello"}),
     (
         "messages",
         "/v1/messages",
         {
-            "model": "sim-demo",
+            "model": "claude-3-5-haiku-20241022",
             "stream": True,
             "max_tokens": 64,
             "messages": [{"role": "user", "content": "Hello from the demo"}],
@@ -50,7 +52,7 @@ REQUESTS: list[tuple[str, str, dict[str, object]]] = [
         "images",
         "/v1/images/generations",
         {
-            "model": "sim-demo",
+            "model": "gpt-image-1",
             "stream": True,
             "partial_images": 2,
             "prompt": "a tape",
@@ -60,7 +62,7 @@ REQUESTS: list[tuple[str, str, dict[str, object]]] = [
         "error after start",
         "/v1/chat/completions",
         {
-            "model": "sim-error",
+            "model": "gpt-4o-mini-sim-error",
             "stream": True,
             "messages": [{"role": "user", "content": "This one fails mid-stream"}],
         },

@@ -15,6 +15,7 @@ from sqlalchemy import make_url
 
 from ssetape.analysis.apis import api_names
 from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, profile_names
+from ssetape.cost.price_book import PriceBook, PriceDataError
 from ssetape.storage.filters import parse_since
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store, StoreError
@@ -26,6 +27,7 @@ __all__ = [
     "db_option",
     "filter_options",
     "open_db",
+    "price_data_option",
     "print_json",
     "profile_option",
     "proxy_options",
@@ -134,6 +136,25 @@ def proxy_options(f: F) -> F:
     ])  # fmt: skip
 
 
+def _price_data(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    if not value:
+        return ""
+    try:  # one read now, so that a wrong file stops the command before anything starts
+        PriceBook.from_file(value)
+    except PriceDataError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
+price_data_option = click.option(
+    "--price-data",
+    metavar="FILE",
+    callback=_price_data,
+    help="Price exchanges with this genai-prices data.json (today's prices, offline) "
+    "instead of the installed genai-prices release's.",
+)
+
+
 def capture_options(f: F) -> F:
     """What a proxy takes besides where it listens: redaction, profiles, its CA, mitmproxy's
     options (``ssetape run`` takes these alone: it listens where it chooses)."""
@@ -144,6 +165,7 @@ def capture_options(f: F) -> F:
                      help="JSON body field to redact: dotted path or bare name (repeatable)."),
         profile_option,
         session_option,
+        price_data_option,
         click.option("--confdir", default=DEFAULT_CONFDIR, show_default=True,
                      help="mitmproxy's directory (CA certificate)."),
         click.option("--set", "sets", multiple=True, metavar="OPTION=VALUE",

@@ -48,6 +48,7 @@ def proxy_runner(
     redact_field: tuple[str, ...],
     profiles: dict[str, str],
     session: str,
+    price_data: str,
     extra: dict[str, Any],
     on_ready: Callable[[str, int], None],
 ) -> ProxyRunner:
@@ -58,6 +59,7 @@ def proxy_runner(
         "ssetape_redact_field": list(redact_field),
         "ssetape_profile": [f"{host}={name}" for host, name in profiles.items()],
         "ssetape_session": session,
+        "ssetape_price_data": price_data,
         **extra,
     }
     return ProxyRunner(

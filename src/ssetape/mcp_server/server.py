@@ -17,10 +17,9 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from ssetape.analysis.stats import GROUP_BY, Stats
-from ssetape.mcp_server import comparison, exchanges, findings, stalls
-from ssetape.mcp_server.paging import ToolError, since_of
+from ssetape.mcp_server import comparison, exchanges, findings, sessions, stalls
+from ssetape.mcp_server.paging import ToolError
 from ssetape.mcp_server.texts import clip
-from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
@@ -39,6 +38,9 @@ GROUPS_SHOWN = 100
 Limit = Annotated[int, Field(description="Page size (capped).")]
 Cursor = Annotated[str | None, Field(description="next_cursor of the previous page.")]
 Since = Annotated[str | None, Field(description="30m, 1h, 2d ago, or an ISO date/datetime.")]
+Until = Annotated[
+    str | None, Field(description="Started before: 30m, 1h, 2d ago, or an ISO date/datetime.")
+]
 
 
 def build(store: Store) -> FastMCP:
@@ -76,10 +78,12 @@ def build(store: Store) -> FastMCP:
 
     @tool("Counts, error rates, TTFB/TTFT percentiles (ms) and tokens, as `ssetape stats "
           f"--json`, grouped by one of {sorted(GROUP_BY)} or not at all.")  # fmt: skip
-    async def stats(group_by: str | None = None, since: Since = None) -> dict[str, Any]:
+    async def stats(
+        group_by: str | None = None, since: Since = None, until: Until = None
+    ) -> dict[str, Any]:
         if group_by is not None and group_by not in GROUP_BY:
             raise ToolError(f"group_by: one of {', '.join(sorted(GROUP_BY))}")
-        filters = ExchangeFilter(since=since_of(since))
+        filters = sessions.window(since, until)
         groups = await anyio.to_thread.run_sync(Stats(store).groups, group_by, filters)
         return {"groups": clip(groups[:GROUPS_SHOWN]), "groups_total": len(groups),
                 "truncated": len(groups) > GROUPS_SHOWN}  # fmt: skip
@@ -107,6 +111,25 @@ def build(store: Store) -> FastMCP:
         b: Annotated[str, Field(description="Exchange id or uid.")],
     ) -> dict[str, Any]:
         return await run(comparison.compare, a, b)
+
+    @tool("Sessions (the calls sharing an x-ssetape-session name: a test, a run, a user flow), "
+          "newest last call first, each with totals over its calls started in [since, until): "
+          "calls, errors, tokens, wall time (first start to last end), ttft_total_ms (time "
+          "spent waiting on first tokens, summed: calls may overlap), first/last start.",
+          name="sessions")  # fmt: skip
+    async def sessions_tool(
+        since: Since = None, until: Until = None, limit: Limit = 20, cursor: Cursor = None
+    ) -> dict[str, Any]:
+        return await run(sessions.sessions, since=since, until=until, limit=limit, cursor=cursor)
+
+    @tool("One session: its totals, and a page of its calls in start order, each with its "
+          "offset from the session's first call (offset_ms), TTFB/TTFT/duration, outcome, "
+          "model and tokens.", name="session")  # fmt: skip
+    async def session_tool(
+        id: Annotated[str, Field(description="The session's name, as `sessions` gives it.")],
+        limit: Limit = 50, cursor: Cursor = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        return await run(sessions.session, id, limit=limit, cursor=cursor)
 
     return server
 

@@ -72,8 +72,11 @@ class RecordLink:
         active: bool,
         max_buffer: int = 0,
         deadline: float = 5.0,
+        price_data: str | None = None,
     ) -> None:
-        self._cfg = WorkerConfig(db=db, max_pending=max_pending, active=active, deadline=deadline)
+        self._cfg = WorkerConfig(
+            db=db, max_pending=max_pending, active=active, deadline=deadline, price_data=price_data
+        )
         # Only for bursts the recording process cannot parse at once: a store that is slow
         # or down is what its writer's queue (``max_pending`` rows) is for.
         self._max_buffer = max_buffer or max(PIPE_SIZE, min(max_pending * 1024, MAX_BUFFER))

@@ -106,6 +106,8 @@ class WorkerConfig:
     active: bool  # record from the start (False beside the replayer: only once asked to)
     # Seconds any store operation may take before it counts as failed (and is retried).
     deadline: float = 5.0
+    # A genai-prices data.json to price exchanges with; None: the library's own data.
+    price_data: str | None = None
 
 
 def encode_frame(batch: list[Message]) -> bytes:

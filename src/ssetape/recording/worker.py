@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.live_analysis import LiveAnalysis
+from ssetape.cost.price_book import LazyPriceBook
 from ssetape.recorder_id import RecorderId
 from ssetape.recording.capture import Capture
 from ssetape.recording.protocol import (
@@ -102,7 +103,9 @@ class RecordWorker:
         self.store = Store.open(cfg.db, create=False, migrate=False, deadline=cfg.deadline)
         # Each stream is analysed as it is captured; its knowledge is saved when the
         # exchange's finish is committed (in the writer's thread).
-        self.knowledge = Knowledge(self.store, lambda uid: self.live.take(uid))
+        self.knowledge = Knowledge(
+            self.store, lambda uid: self.live.take(uid), prices=LazyPriceBook(cfg.price_data)
+        )
         self.writer = Writer(
             self.store,
             on_finished=self.finished,
@@ -135,6 +138,8 @@ class RecordWorker:
         }
 
     def start(self) -> None:
+        # Loaded beside the first streams, so that the first save does not wait for it.
+        self.knowledge.prices.preload()
         self.writer.start()
         # Beside the replayer, a replay-only session must leave its tape untouched: the
         # run row appears with the first recorded exchange.

@@ -8,10 +8,11 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from ssetape.cost.price import usd
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.queries import Queries
 
-__all__ = ["EVENTS_SHOWN", "knowledge", "origin_of", "summary", "url_of", "write_detail"]
+__all__ = ["EVENTS_SHOWN", "cost_of", "knowledge", "origin_of", "summary", "url_of", "write_detail"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -59,6 +60,22 @@ def summary(x: Exchange) -> dict[str, Any]:
         "profile": x.profile,
         "ttft_ms": _ms(x.ttft_us),
         "session": x.session,
+        "cost": cost_of(x),
+    }
+
+
+def cost_of(x: Exchange) -> dict[str, Any] | None:
+    """The exchange's price (``usd`` None: no price, ``note`` says why); None when it was
+    never priced (a store older than pricing, until `ssetape reindex`)."""
+    if x.price_data is None:
+        return None
+    return {
+        "usd": usd(x.cost_nusd),
+        "nusd": x.cost_nusd,
+        "provider": x.price_provider,
+        "model": x.price_model,
+        "note": x.price_note,
+        "price_data": x.price_data,
     }
 
 

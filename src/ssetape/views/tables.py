@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ssetape.cost.price import NO_PRICE, format_usd, price_line
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.views.documents import origin_of, summary, url_of
 from ssetape.views.escape import abbreviated, abbreviated_bytes, cell, visible
@@ -35,7 +36,9 @@ BODY_MAX = 64 * 1024  # bytes of a request or response body
 HEADERS_SHOWN = 100  # request or response headers
 
 _MODEL_WIDTH = 16  # long gateway model names ("openai/gpt-4o-2024-08-06") end in "…"
-_LIST_COLUMNS = ("id", "started", "status", "model", "outcome", "events", "tokens", "ttft ms")
+_LIST_COLUMNS = (
+    "id", "started", "status", "model", "outcome", "events", "tokens", "cost", "ttft ms"
+)  # fmt: skip
 
 
 def list_table(rows: list[Exchange], width: int = 80) -> Table:
@@ -59,13 +62,16 @@ def list_table(rows: list[Exchange], width: int = 80) -> Table:
                 x.outcome or x.state,
                 str(x.event_count) if x.is_stream else "",
                 _tokens(x),
+                _cost_cell(x),
                 _ms_cell(x.ttft_us),
                 f"{x.method} {x.path}{query}" if one_host else f"{x.method} {url_of(x)}",
             ]
         )
     fixed = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(_LIST_COLUMNS)]
     fixed[3] = min(fixed[3], _MODEL_WIDTH)
-    # The request column takes what is left (one space between columns), at least 12.
+    # The request column takes what is left (one space between columns), at least 12; the
+    # model gives way first.
+    fixed[3] = max(8, min(fixed[3], width - 12 - (sum(fixed) - fixed[3]) - len(fixed)))
     request_width = max(12, width - sum(fixed) - len(fixed))
     t = Table(
         box=None,
@@ -75,18 +81,22 @@ def list_table(rows: list[Exchange], width: int = 80) -> Table:
         collapse_padding=True,
         pad_edge=False,
     )
-    for col in _LIST_COLUMNS:
+    for i, col in enumerate(_LIST_COLUMNS):
         t.add_column(
             col,
             justify="left" if col in ("started", "model", "outcome") else "right",
             no_wrap=True,
             overflow="ellipsis",
-            max_width=_MODEL_WIDTH if col == "model" else None,
+            # Only the model and the request give way when the terminal is narrow: a cut
+            # time, count or price would read as another value.
+            min_width=None if col == "model" else fixed[i],
+            max_width=fixed[i] if col == "model" else None,
         )
     t.add_column("request", no_wrap=True, overflow="ellipsis", max_width=request_width)
     for c in cells:
         outcome = cell(c[4], _OUTCOME_STYLE.get(c[4], "yellow"))
-        t.add_row(*map(cell, c[:4]), outcome, *map(cell, c[5:]))
+        cost = cell(c[7], "dim" if c[7] == NO_PRICE else "")
+        t.add_row(*map(cell, c[:4]), outcome, *map(cell, c[5:7]), cost, *map(cell, c[8:]))
     return t
 
 
@@ -100,6 +110,11 @@ _OUTCOME_STYLE: dict[str, str] = {
 
 def _ms_cell(us: int | None) -> str:
     return "" if us is None else f"{us / 1000:.1f}"
+
+
+def _cost_cell(x: Exchange) -> str:
+    """Blank when never priced (`ssetape reindex` prices it); "no price" is not $0."""
+    return "" if x.price_data is None else format_usd(x.cost_nusd)
 
 
 def _tokens(x: Exchange) -> str:
@@ -179,6 +194,7 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
         parts.append(cell(f"error: {x.error}", "red"))
     if x.analysis_version is not None:
         parts.append(_knowledge_line(x))
+        parts.append(_cost_line(x))
         parts += _said(x)
     for f in findings:
         where = "" if f.event_seq is None else f" (event #{f.event_seq})"
@@ -270,6 +286,17 @@ def _knowledge_line(x: Exchange) -> Text:
     )
 
 
+def _cost_line(x: Exchange) -> Text:
+    line = price_line(
+        x.cost_nusd,
+        provider=x.price_provider,
+        model=x.price_model,
+        note=x.price_note,
+        data=x.price_data,
+    )
+    return cell(f"cost {line}", "dim" if x.cost_nusd is None else "")
+
+
 def _said(x: Exchange) -> list[Text]:
     """What the model answered, as the user would have read it."""
     details = x.details or {}
@@ -287,35 +314,62 @@ def _said(x: Exchange) -> list[Text]:
     return out
 
 
+def _pair(d: dict[str, float | None]) -> str:
+    return "/".join("-" if v is None else f"{v:.0f}" for v in (d["p50"], d["p95"]))
+
+
+def _tps(r: dict[str, Any]) -> str:
+    tps = r["tokens_per_s"]["p50"]
+    return "-" if tps is None else f"{tps:.1f}"
+
+
+def _seconds(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f}"
+
+
+# `ssetape stats` columns: header, cell. A session's own times (see Stats.groups) replace
+# TTFB and tokens per second there, so that a row still fits 80 columns.
+_STATS: list[tuple[str, Callable[[dict[str, Any]], str | Text]]] = [
+    ("n", lambda r: str(r["count"])),
+    ("errors", lambda r: f"{r['errors']} {100 * r['error_rate']:.0f}%"),
+    ("ttfb p50/95", lambda r: _pair(r["ttfb_ms"])),
+    ("ttft p50/95", lambda r: _pair(r["ttft_ms"])),
+    ("tok in", lambda r: f"{r['input_tokens']:,}"),
+    ("tok out", lambda r: f"{r['output_tokens']:,}"),
+    ("tok/s", _tps),
+    ("cost", lambda r: _group_cost(r)),
+    ("wall s", lambda r: _seconds(r["wall_ms"])),
+    ("ttft sum s", lambda r: _seconds(r["ttft_total_ms"])),
+]
+_SESSION_ONLY = frozenset({"wall s", "ttft sum s"})
+_NOT_FOR_SESSIONS = frozenset({"ttfb p50/95", "tok/s"})
+
+
 def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
     """`ssetape stats` for people: one row per group (see Stats.groups)."""
     t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
-    # Fits 80 columns: times in ms, tokens in/out per group.
-    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=20)
-    for col in ("n", "errors", "ttfb p50/95", "ttft p50/95", "tok in", "tok out", "tok/s"):
-        t.add_column(col, justify="right", no_wrap=True)
-    # A session's own times (see Stats.groups): first start to last end, TTFTs summed.
-    timed = ("wall_ms", "ttft_total_ms") if by == "session" else ()
-    for col in ("wall s", "ttft sum s")[: len(timed)]:
-        t.add_column(col, justify="right", no_wrap=True)
-
-    def pair(d: dict[str, float | None]) -> str:
-        return "/".join("-" if v is None else f"{v:.0f}" for v in (d["p50"], d["p95"]))
-
-    for r in rows:
-        tps = r["tokens_per_s"]["p50"]
-        t.add_row(
-            cell(r["group"]),
-            str(r["count"]),
-            f"{r['errors']} {100 * r['error_rate']:.0f}%",
-            pair(r["ttfb_ms"]),
-            pair(r["ttft_ms"]),
-            f"{r['input_tokens']:,}",
-            f"{r['output_tokens']:,}",
-            "-" if tps is None else f"{tps:.1f}",
-            *("-" if r[k] is None else f"{r[k] / 1000:.2f}" for k in timed),
+    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=15)
+    skip = _NOT_FOR_SESSIONS if by == "session" else _SESSION_ONLY
+    columns = [(head, fn) for head, fn in _STATS if head not in skip]
+    # Figures keep their width (a cut one would read as another); the group name gives way.
+    for head, _ in columns:
+        t.add_column(
+            head, justify="right", no_wrap=True, min_width=max(len(head), 10 * (head == "cost"))
         )
+    unpriced = sum(r["unpriced"] for r in rows if r["priced"])
+    if unpriced:  # a caption costs no width; the star marks the rows it is about
+        t.caption = f"* without the {unpriced:,} call(s) that have no price (show ID says why)"
+        t.caption_justify = "left"
+    for r in rows:
+        t.add_row(cell(r["group"]), *(fn(r) for _, fn in columns))
     return t
+
+
+def _group_cost(r: dict[str, Any]) -> Text:
+    """The group's sum, starred when it leaves calls out for want of a price."""
+    if not r["priced"]:
+        return Text(NO_PRICE, style="dim")
+    return Text(f"{format_usd(r['cost_nusd'])}{'*' if r['unpriced'] else ''}")
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:

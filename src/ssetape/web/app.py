@@ -34,6 +34,7 @@ from ssetape.web.html import el, id_of, page
 from ssetape.web.list_page import ListView
 from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
 from ssetape.web.playback import pieces
+from ssetape.web.session_page import SessionPage
 from ssetape.web.stats_page import StatsView
 
 __all__ = ["CSP", "create_app"]
@@ -112,6 +113,12 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
 
     def compare(request: Request) -> Response:
         status, html = ComparePage(request.query_params, queries).render()
+        return HTMLResponse(html, status_code=status)
+
+    def session(request: Request) -> Response:
+        # {name:path}: a session name may hold slashes (a pytest node id); the link quotes it.
+        after = id_of(request.query_params.get("after", ""))
+        status, html = SessionPage(request.path_params["name"], queries, after=after).render()
         return HTMLResponse(html, status_code=status)
 
     def play(request: Request) -> Response:
@@ -198,6 +205,7 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
         Route("/live", live),
         Route("/stats", stats),
         Route("/compare", compare),
+        Route("/session/{name:path}", session),
         Route("/exchanges/{key}/live", live_events),
         Route("/exchanges/{key}", exchange),
         Route("/exchanges/{key}/play", play),

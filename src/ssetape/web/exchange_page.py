@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ssetape.cost.price import price_line
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import url_of
@@ -106,6 +107,16 @@ class ExchangePage:
             (
                 "cache read / write, reasoning",
                 _usage(x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens),
+            ),
+            (
+                "cost",
+                price_line(
+                    x.cost_nusd,
+                    provider=x.price_provider,
+                    model=x.price_model,
+                    note=x.price_note,
+                    data=x.price_data,
+                ),
             ),
             ("recorder", x.recorder),
             ("uid", x.uid),

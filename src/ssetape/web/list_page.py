@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ssetape.cost.price import NO_PRICE, format_usd
 from ssetape.storage.filters import ExchangeFilter, parse_since
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
+from ssetape.web.session_page import session_href
 
 __all__ = ["FILTER_PARAMS", "ListView", "row_html"]
 
@@ -29,7 +31,7 @@ FILTER_PARAMS = {
 PAGE_SIZE = 50
 _COLUMNS = (
     "#", "time (UTC)", "method", "host", "path", "api", "model", "state / outcome", "status",
-    "TTFB", "TTFT", "duration", "tokens in/out", "findings",
+    "TTFB", "TTFT", "duration", "tokens in/out", "cost", "findings", "session",
 )  # fmt: skip
 # What a cell shows of a path, a model or a host: the whole is in its title.
 _CELL_MAX = 80
@@ -110,6 +112,15 @@ def _cut(text: str | None) -> Markup:
     return el("span", shown, title=text if shown != text else None)
 
 
+def _cost(x: Exchange) -> Markup | str:
+    """The price, or "no price" with the reason in its title; blank when never priced."""
+    if x.price_data is None:
+        return ""
+    if x.cost_nusd is None:
+        return el("span", NO_PRICE, title=x.price_note, class_="dim")
+    return el("span", format_usd(x.cost_nusd), title=x.price_note)
+
+
 def row_html(x: Exchange, findings: int) -> Markup:
     """One exchange as a row of the list (also what the live stream sends)."""
     href = f"/exchanges/{x.id}"
@@ -134,7 +145,9 @@ def row_html(x: Exchange, findings: int) -> Markup:
         ms(x.ttft_us),
         ms(x.duration_us),
         tokens,
+        _cost(x),
         link(f"{href}#findings", findings) if findings else "",
+        "" if x.session is None else link(session_href(x.session), _cut(x.session)),
     ]
     return el(
         "tr",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ssetape.analysis.stats import GROUP_BY, Stats, is_error, percentile
+from ssetape.cost.price import NO_PRICE, format_usd
 from ssetape.storage.queries import Queries, SeriesRow
 from ssetape.web.charts import Bucket, Spread, distribution_chart, time_chart
 from ssetape.web.html import Markup, el, join, link, page, query
@@ -65,6 +66,7 @@ _COLUMNS = (
     "tokens out",
     "usage reported",
     "tokens/s p50",
+    "cost",
 )
 # What a cell shows of a group's name (a model or host can be long): the whole is its title.
 _NAME_SHOWN = 60
@@ -191,8 +193,16 @@ class StatsView:
             f"{g['output_tokens']:,}",
             f"{g['usage_reported']:,}",
             "" if g["tokens_per_s"]["p50"] is None else f"{g['tokens_per_s']['p50']:.1f}",
+            _cost(g),
         ]
         return el("tr", join(el("td", c) for c in cells), data_group=name)
+
+
+def _cost(g: dict[str, Any]) -> Markup:
+    """The sum over the group's priced calls (exact nano-dollars in data-value), and how many
+    it leaves out; "no price", never $0, when none has one."""
+    left_out = f" (+{g['unpriced']:,} {NO_PRICE})" if g["priced"] and g["unpriced"] else ""
+    return el("span", format_usd(g["cost_nusd"]) + left_out, data_value=g["cost_nusd"] or "")
 
 
 def _group_name(by: str | None, value: Any) -> str:

@@ -21,7 +21,8 @@ from tests.conftest import SSETAPE
 from tests.ssetape.mcp_server.conftest import INJECTION
 from tests.ssetape.web.conftest import Tape
 
-TOOLS = {"list_exchanges", "get_exchange", "stats", "find_stalls", "findings", "compare"}
+TOOLS = {"list_exchanges", "get_exchange", "stats", "find_stalls", "findings", "compare",
+         "sessions", "session"}  # fmt: skip
 
 
 def in_memory(store: Store, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:

@@ -110,6 +110,7 @@ def _cache(tally: Tally, usage: dict[str, Any]) -> None:
     tally.usage_details(
         cache_read=usage.get("cache_read_input_tokens"),
         cache_write=usage.get("cache_creation_input_tokens"),
+        web_searches=as_dict(usage.get("server_tool_use")).get("web_search_requests"),
     )
 
 
@@ -177,4 +178,5 @@ RULES = ApiRules(
     terminal_events=frozenset({"message_stop"}),
     error_events=frozenset({"error"}),
     content_events=frozenset({"content_block_delta"}),
+    input_excludes_cache=True,
 )

@@ -1,0 +1,1 @@
+"""What an exchange cost: its usage priced with genai-prices at the rates of its day."""

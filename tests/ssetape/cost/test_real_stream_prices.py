@@ -1,0 +1,123 @@
+"""The 44 real provider streams priced as genai-prices prices them.
+
+The expected figure is genai-prices' own: its extractor for the provider and API (its reading
+of the provider's documented usage object, taken from the stream as the provider sent it), then
+its ``calc_price`` at the same date. The price under test comes from what ssetape derived from
+the stream (api, model, token counts) through :class:`PriceBook`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import genai_prices
+import orjson
+import pytest
+
+from ssetape.cost.price import to_nusd
+from ssetape.cost.price_book import PriceBook, PriceQuery
+from ssetape.sse import SseParser
+from tests.corpus import RealStream, real_streams
+from tests.ssetape.analysis.test_real_streams import analyse
+
+AT = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
+FLAVOR = {"chat_completions": "chat", "responses": "responses", "messages": "default"}
+
+
+def _objects(stream: RealStream) -> list[tuple[str | None, dict[str, Any]]]:
+    parser = SseParser()
+    out = []
+    for ev in parser.feed(stream.body) + parser.close():
+        try:
+            obj = orjson.loads(ev.data)
+        except orjson.JSONDecodeError:  # [DONE]
+            continue
+        if isinstance(obj, dict):
+            out.append((ev.event, obj))
+    return out
+
+
+def _response_data(stream: RealStream) -> dict[str, Any] | None:
+    """The usage-bearing object the provider's non-streamed answer would carry, as the stream
+    states it: chat's last usage chunk (Groq's under ``x_groq``), Responses' terminal
+    response, Messages' message_start usage updated by message_delta's."""
+    api = stream.meta["api"]
+    found: dict[str, Any] | None = None
+    for event, obj in _objects(stream):
+        kind = event if event and event != "message" else obj.get("type")
+        if api == "chat_completions":
+            usage = obj.get("usage") or (obj.get("x_groq") or {}).get("usage")
+            if isinstance(usage, dict):
+                found = {"model": obj.get("model"), "usage": usage}
+        elif api == "responses":
+            resp = obj.get("response")
+            if isinstance(resp, dict) and isinstance(resp.get("usage"), dict):
+                found = resp
+        elif kind == "message_start":
+            msg = obj["message"]
+            found = {"model": msg.get("model"), "usage": dict(msg.get("usage") or {})}
+        elif kind == "message_delta" and found is not None:
+            said = obj.get("usage") or {}
+            found["usage"].update({k: v for k, v in said.items() if v is not None})
+    return found
+
+
+def _genai_prices_own(stream: RealStream, model: str | None) -> int | None:
+    """genai-prices' figure for the stream, or None where it has none."""
+    data = _response_data(stream)
+    if data is None or model is None:
+        return None
+    url = f"https://{stream.host}/"
+    snapshot = genai_prices.data_snapshot.get_snapshot()
+    try:
+        provider = snapshot.find_provider(model, None, url)
+    except LookupError:
+        return None
+    flavors = {e.api_flavor for e in provider.extractors or []}
+    flavor = FLAVOR[stream.meta["api"]]
+    # A provider serving OpenAI's Responses API (DeepSeek, OpenRouter) whose data has no
+    # extractor for it: the usage object is OpenAI's, read by OpenAI's extractor.
+    reader = provider
+    if flavor not in flavors:
+        if flavor == "responses":
+            reader = snapshot.find_provider(None, "openai", None)
+        else:
+            flavor = "default"
+    try:
+        _, usage = reader.extract_usage(data, api_flavor=flavor)
+        calc = genai_prices.calc_price(
+            usage, model, provider_api_url=url, genai_request_timestamp=AT
+        )
+    except LookupError:
+        return None
+    return to_nusd(calc.total_price)
+
+
+def _ours(stream: RealStream) -> tuple[int | None, str | None]:
+    a = analyse(stream)
+    q = PriceQuery(
+        a.api, a.model, "https", stream.host, 443, AT, a.profile, a.input_tokens,
+        a.output_tokens, a.cache_read_tokens, a.cache_write_tokens, a.reasoning_tokens,
+        a.web_searches,
+    )  # fmt: skip
+    price = PriceBook.bundled().price(q)
+    return price.nusd, price.note
+
+
+@pytest.mark.parametrize("stream", real_streams(), ids=lambda s: s.name)
+def test_a_real_stream_costs_what_genai_prices_says(stream: RealStream) -> None:
+    want = _genai_prices_own(stream, analyse(stream).model)
+    got, note = _ours(stream)
+    assert got == want, (stream.name, note)
+    if got is None:
+        assert note, "a stream without a price says why"
+
+
+def test_most_real_streams_have_a_price() -> None:
+    """The comparison above is not all None = None: the corpus's vendors are priced."""
+    priced = [s.name for s in real_streams() if _ours(s)[0] is not None]
+    assert len(priced) >= 30, priced
+    # Anthropic's cache writes are billed: the stream that wrote 1031 tokens costs more than
+    # its own counts would without them.
+    assert any(name == "msg_max_tokens_cache_write" for name in priced)
