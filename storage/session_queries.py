@@ -29,15 +29,11 @@ from sqlalchemy import (
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
-from ssetape.vocabulary import ERROR_OUTCOMES, ExchangeState
+from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
 
 __all__ = ["SessionCall", "SessionQueries", "SessionTotals", "WindowFilter"]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
-
-# What counts as an error when the stream was not analysed (outcome NULL): as
-# ssetape.analysis.stats.is_error judges it, so a session's errors match `stats --by session`.
-_TRANSPORT_ERRORS = (ExchangeState.FAILED, ExchangeState.TRUNCATED, ExchangeState.INTERRUPTED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +95,12 @@ class SessionCall(NamedTuple):
 
 
 def _is_error() -> ColumnElement[int]:
-    """1 for a call that failed, else 0 (an expression: summed by the database)."""
+    """1 for a call that failed, else 0 (an expression: summed by the database), as
+    ssetape.analysis.stats.is_error judges it, so a session's errors match `stats --by session`."""
     analysed = and_(Exchange.outcome.is_not(None), Exchange.outcome.in_(sorted(ERROR_OUTCOMES)))
     transport = and_(
         Exchange.outcome.is_(None),
-        or_(Exchange.status >= 400, Exchange.state.in_([s.value for s in _TRANSPORT_ERRORS])),
+        or_(Exchange.status >= 400, Exchange.state.in_(sorted(TRANSPORT_ERRORS))),
     )
     return case((or_(analysed, transport), 1), else_=0)
 

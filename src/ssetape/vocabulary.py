@@ -14,6 +14,7 @@ __all__ = [
     "INLINE_BODY",
     "MAX_BODY",
     "MAX_SESSION",
+    "TRANSPORT_ERRORS",
     "ExchangeState",
     "Header",
     "Outcome",
@@ -91,6 +92,10 @@ ERROR_OUTCOMES: frozenset[str] = frozenset(
         Outcome.NO_RESPONSE,
         Outcome.INTERRUPTED,
     }
+)
+# What counts as an error in an exchange not analysed yet (no outcome): its transport's end.
+TRANSPORT_ERRORS: frozenset[str] = frozenset(
+    {ExchangeState.FAILED, ExchangeState.TRUNCATED, ExchangeState.INTERRUPTED}
 )
 
 

@@ -11,12 +11,9 @@ from ssetape.cost.price import usd
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.queries import GROUP_BY, Queries
 from ssetape.storage.store import Store
-from ssetape.vocabulary import ERROR_OUTCOMES, ExchangeState
+from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
 
 __all__ = ["GROUP_BY", "Stats", "is_error", "percentile"]
-_TRANSPORT_ERRORS = frozenset(
-    (ExchangeState.FAILED, ExchangeState.TRUNCATED, ExchangeState.INTERRUPTED)
-)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -37,7 +34,7 @@ def is_error(outcome: str | None, status: int | None, state: str) -> bool:
     if outcome is not None:
         return outcome in ERROR_OUTCOMES
     # Not analysed yet (`ssetape reindex` fills it): judge by transport alone.
-    return (status is not None and status >= 400) or state in _TRANSPORT_ERRORS
+    return (status is not None and status >= 400) or state in TRANSPORT_ERRORS
 
 
 class _Group:

@@ -130,12 +130,29 @@ def test_over_stdio_as_an_agent_starts_it(tape: Tape) -> None:
             async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
                 await client.initialize()
                 names = {t.name for t in (await client.list_tools()).tools}
-                return names, await call(client, "stats")
+                out: dict[str, Any] = {"stats": await call(client, "stats")}
+                # Every tool, as an agent would call it, through the real pipe.
+                listed = await call(client, "list_exchanges", limit=2)
+                a, b = (str(x["id"]) for x in listed["exchanges"])
+                out["get"] = await call(client, "get_exchange", id=a, events=True, limit=2)
+                out["compare"] = await call(client, "compare", a=a, b=b)
+                out["stalls"] = await call(client, "find_stalls", min_gap_ms=100)
+                out["findings"] = await call(client, "findings")
+                out["sessions"] = await call(client, "sessions")
+                missing = await client.call_tool("session", {"id": "no such session"})
+                out["session"] = missing.isError, missing.content[0].text  # type: ignore[union-attr]
+                return names, out
 
-    names, stats = anyio.run(main)
+    names, out = anyio.run(main)
     assert names == TOOLS
-    [everything] = stats["groups"]
+    [everything] = out["stats"]["groups"]
     assert everything["count"] == len(tape.exchanges())
+    assert out["get"]["exchange"]["id"] and len(out["get"]["events"]) == 2
+    assert out["compare"]["timing"]["a"] and out["stalls"]["stalls"]
+    assert out["findings"]["findings"] and out["sessions"]["sessions"] == []
+    assert out["session"][0] and out["session"][1].endswith(
+        "no session 'no such session' in this store"
+    )
 
 
 def test_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
