@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from sqlalchemy import text
 
+from ssetape.analysis.knowledge import ANALYSIS_VERSION
 from ssetape.simulator.simulator import Simulator
 from tests.addons.stores import Recorders, pg_schema
 from tests.addons.test_recorder import CHAT, raw_stream
@@ -180,7 +181,9 @@ def test_a_nul_escape_costs_only_its_own_text_on_postgresql(
                 )
 
         texts = ["a\ufffdb", *(f"ok {n}" for n in range(1, 5))]
-        want = sorted((t, "m1", "completed", None if t == "ok 4" else 3, 5, 2) for t in texts)
+        want = sorted(
+            (t, "m1", "completed", None if t == "ok 4" else 3, 5, ANALYSIS_VERSION) for t in texts
+        )
         assert knowledge() == want
         for args in (["reindex", "--stale"], ["reindex"]):
             with Store.open(url, create=False) as store, store.engine.begin() as conn:
