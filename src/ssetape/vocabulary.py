@@ -114,6 +114,7 @@ class Header(StrEnum):
     GAPS = "x-ssetape-gaps"  # "serve": replay past the recording's gaps (default: stop there)
     # The session a request belongs to: read and stripped by the recorder, never sent upstream.
     SESSION = "x-ssetape-session"
+    FAULT = "x-ssetape-fault"  # on an answer a replay fault made (its spec)
 
     @property
     def raw(self) -> bytes:

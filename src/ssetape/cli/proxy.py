@@ -24,7 +24,9 @@ from ssetape.cli.options import (
     web_option,
 )
 from ssetape.replay.direct_front import run_front
+from ssetape.replay.faults import EXAMPLES, FaultError, Faults
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
+from ssetape.replay.timed_server import FAULTS_ENV
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import RecordMode
 
@@ -212,6 +214,12 @@ def record(web: int | None, **common: Any) -> None:
     help="Serve recordings past the events they miss (default: stop at the first, and say so "
     "in an x-ssetape-incomplete header either way).",
 )
+@click.option(
+    "--fault",
+    multiple=True,
+    metavar="SPEC",
+    help=f"Serve a real outage at a chosen point (repeatable): {EXAMPLES}.",
+)
 @web_option
 def replay(
     speed: float,
@@ -220,17 +228,24 @@ def replay(
     match_host: bool,
     repeat: bool,
     allow_gaps: bool,
+    fault: tuple[str, ...],
     web: int | None,
     **common: Any,
 ) -> None:
     """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
     db, mode = common["db"], common["mode"]
+    try:
+        faults = Faults(fault)
+    except FaultError as e:
+        raise click.BadParameter(str(e), param_hint="--fault") from None
+    if fault:  # the timed server behind mitmproxy reads them from the environment
+        os.environ[FAULTS_ENV] = "\n".join(fault)
     beside = viewer(web, db)
     if mode.startswith("reverse:") and not common["sets"] and _nothing_to_forward(db, record_mode):
         serve_beside(lambda: _replay_direct(
             db, validate_mode(mode), common["host"], common["port"], speed, ignore_field,
             match_host, repeat, allow_gaps, common["redact_header"], common["redact_field"],
-            beside,
+            beside, faults,
         ), beside)  # fmt: skip
         return
     replayer = Replayer()
@@ -283,6 +298,7 @@ def _replay_direct(
     redact_header: tuple[str, ...],
     redact_field: tuple[str, ...],
     beside: Beside | None,
+    faults: Faults | None = None,
 ) -> None:
     def ready(h: str, p: int) -> None:
         click.echo(
@@ -305,6 +321,7 @@ def _replay_direct(
             redact_headers=list(redact_header),
             redact_fields=list(redact_field),
             on_ready=with_viewer(ready, beside),
+            faults=faults or None,
         )
     except (StoreError, ValueError) as e:
         raise click.ClickException(str(e)) from None

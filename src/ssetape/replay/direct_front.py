@@ -21,6 +21,7 @@ from functools import partial
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
+from ssetape.replay.faults import Faults
 from ssetape.replay.http_server import HttpServer, error_response, raise_fd_limit
 from ssetape.replay.player import Player
 from ssetape.replay.request_index import RequestIndex
@@ -43,8 +44,12 @@ class DirectFront:
         *,
         allow_gaps: bool = False,
         on_incomplete: Callable[[int, str], object] | None = None,
+        faults: Faults | None = None,
     ) -> None:
-        self.player = Player(store, allow_gaps=allow_gaps, on_incomplete=on_incomplete)
+        self.faults = faults
+        self.player = Player(
+            store, allow_gaps=allow_gaps, on_incomplete=on_incomplete, faults=faults
+        )
         self.http = HttpServer(self.respond)
         self.index = index
         # Recordings made in reverse mode carry the upstream's host, not the Host header.
@@ -77,6 +82,10 @@ class DirectFront:
         host, t0 = self.origin(headers, t0)
         method = request_line[0].decode("latin-1")
         target = request_line[1].decode("latin-1")
+        # Before the lookup: a refused attempt leaves the recording for the client's retry.
+        if self.faults and (refusal := self.faults.refusal(target)) is not None:
+            writer.write(refusal)
+            return True
         loop = asyncio.get_running_loop()
         try:
             # Known requests with small bodies are matched right here; anything that needs
@@ -136,6 +145,7 @@ def run_front(
     redact_headers: list[str],
     redact_fields: list[str],
     on_ready: Callable[[str, int], None],
+    faults: Faults | None = None,
 ) -> None:
     """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
@@ -145,7 +155,7 @@ def run_front(
     try:
         redactor = store.redactor(redact_headers, redact_fields)
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
-        front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps)
+        front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults)
         front.preload()
         raise_fd_limit()  # as the proxy does: a burst of replayed streams takes descriptors
         # What exists now (modules, the loaded tape) lives as long as the process: full

@@ -50,6 +50,9 @@ class Playback:
     # Set when the pieces are left in the store (a long recording): where to read them.
     source: Source | None = None
     size: int = 0  # bytes held: what a cache of playbacks counts
+    # Where a stream's rows are (set for every stream) and its API: what a fault replays from.
+    rows_at: Source | None = None
+    api: str | None = None
 
     @classmethod
     def of(
@@ -101,6 +104,8 @@ class Playback:
             incomplete=missing,
             source=Source(x.id, wire, stop) if lazy and stream else None,
             size=sum(len(data) for _, data in pieces),
+            rows_at=Source(x.id, wire, stop) if stream else None,
+            api=x.api,
         )
 
 

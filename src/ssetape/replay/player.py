@@ -15,10 +15,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import func, select
 
+from ssetape.replay.faults import Fault, Faults, plan
 from ssetape.replay.http_server import error_response
 from ssetape.replay.playback import Playback, Row, Source, frame
 from ssetape.storage.models import Chunk, Event, Exchange
@@ -53,8 +55,10 @@ class Player:
         cache_bytes: int = CACHE_BYTES,
         allow_gaps: bool = False,
         on_incomplete: Callable[[int, str], object] | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.store = store
+        self.faults = faults  # served on purpose (ssetape replay --fault)
         self.allow_gaps = allow_gaps
         self.on_incomplete = on_incomplete
         self._cache: OrderedDict[tuple[int, bool], Playback] = OrderedDict()
@@ -163,7 +167,26 @@ class Player:
             log.warning("ssetape: replaying #%d, which is incomplete: %s", xid, playback.incomplete)
             if self.on_incomplete is not None:
                 self.on_incomplete(xid, playback.incomplete)
+        if self.faults and playback.rows_at is not None and method != b"HEAD":
+            faults = self.faults.for_stream()
+            if faults:
+                # Off the cache: a faulted replay reads its rows afresh (tests, not bursts).
+                faulted = await loop.run_in_executor(None, self._faulted, playback, faults, speed)
+                return await self.play(writer, method, faulted, t0, 1.0)  # already wall-clock
         return await self.play(writer, method, playback, t0, speed)
+
+    def _faulted(self, playback: Playback, faults: list[Fault], speed: float) -> Playback:
+        """``playback`` with ``faults`` applied to its rows (read from the store)."""
+        assert playback.rows_at is not None
+        rows: list[Row] = []
+        while page := self._page(playback.rows_at, rows[-1][0] if rows else -1):
+            rows += page
+            if len(page) < PLAY_PAGE:
+                break
+        at = plan(faults, playback.ttfb * 1e6, rows, speed=speed, complete=playback.complete,
+                  api=playback.api, wire=playback.rows_at.wire)  # fmt: skip
+        return replace(playback, ttfb=at.ttfb, pieces=at.pieces, complete=at.complete,
+                       source=None, size=0)  # fmt: skip
 
     async def play(
         self,

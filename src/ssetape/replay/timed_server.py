@@ -19,17 +19,21 @@ import hmac
 import os
 import sys
 
+from ssetape.replay.faults import Faults
 from ssetape.replay.http_server import HttpServer, error_response
 from ssetape.replay.player import Player
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import Header
 
-__all__ = ["TimedServer"]
+__all__ = ["FAULTS_ENV", "TimedServer"]
+
+FAULTS_ENV = "SSETAPE_REPLAY_FAULTS"
 
 
 class TimedServer:
-    def __init__(self, store: Store, token: str) -> None:
-        self.player = Player(store)
+    def __init__(self, store: Store, token: str, faults: Faults | None = None) -> None:
+        self.faults = faults
+        self.player = Player(store, faults=faults)
         self.token = token.encode()
         self.http = HttpServer(self.respond)
 
@@ -52,6 +56,10 @@ class TimedServer:
             error_response(writer, 500, f"ssetape timed server: bad replay request: {e}")
             return True
         gaps = headers.get(Header.GAPS.raw) == b"serve"
+        target = request_line[1].decode("latin-1") if len(request_line) > 1 else "/"
+        if self.faults and (refusal := self.faults.refusal(target)) is not None:
+            writer.write(refusal)
+            return True
         return await self.player.play_recording(writer, request_line[0], xid, t0, speed, gaps)
 
 
@@ -61,7 +69,10 @@ async def serve(db: str, host: str, port: int) -> None:
     except StoreError as e:
         print(f"error {e}", flush=True)
         return
-    server = TimedServer(store, os.environ.get("SSETAPE_REPLAY_TOKEN", ""))
+    # `ssetape replay --fault` (one spec a line): the proxy's environment reaches us.
+    specs = os.environ.get(FAULTS_ENV, "").splitlines()
+    faults = Faults(s for s in specs if s.strip())
+    server = TimedServer(store, os.environ.get("SSETAPE_REPLAY_TOKEN", ""), faults)
     print(f"port {await server.http.start(host, port)}", flush=True)
     loop = asyncio.get_running_loop()
     # Exit with the parent: its end of our stdin closes when it goes away.

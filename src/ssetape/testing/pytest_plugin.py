@@ -15,10 +15,12 @@ recording for gets a 404 at once, and the test fails with the explanation.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
 from collections.abc import Generator, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
 
 _SESSION = pytest.StashKey["TapeSession"]()
 _RUN_ID = pytest.StashKey[str]()
+_STALE = pytest.StashKey[set[Path]]()  # cassettes this process re-records for their age
 _MARKER_OPTIONS = (
     "cassette", "record_mode", "speed", "ignore_fields", "match_host", "allow_gaps",
-    "redact_fields", "redact_headers", "profiles",
+    "redact_fields", "redact_headers", "profiles", "faults",
+    "max_age",
 )  # fmt: skip
 _UNSAFE = re.compile(r"[^\w.\-\[\]=,+]")
 _HEX_KEY = re.compile(r"^[0-9a-fA-F]{32,128}$")
@@ -77,13 +81,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="~/.mitmproxy",
         help="mitmproxy's directory (its CA is what ssetape.ca_file names). Default ~/.mitmproxy.",
     )
+    group.addoption(
+        "--ssetape-strict",
+        action="store_true",
+        help="Fail every test whose streams (replayed or recorded) carry a protocol finding, "
+        "with the findings listed.",
+    )
+    _add_hygiene_options(group)
+
+
+def _add_hygiene_options(group: pytest.OptionGroup) -> None:
+    group.addoption(
+        "--ssetape-drift",
+        action="store_true",
+        help="At the end, list the requests that missed or matched only with ignore_fields, "
+        "field by field against the nearest recording, and the recordings no test replayed.",
+    )
+    group.addoption(
+        "--ssetape-drift-json",
+        metavar="PATH",
+        default="",
+        help="Write that report (and the stale and re-recorded cassettes) as JSON to PATH.",
+    )
+    group.addoption(
+        "--ssetape-max-age",
+        metavar="AGE",
+        default="",
+        help="Report cassettes recorded longer ago than AGE (90d, 12h, 2w); record modes once "
+        "and new_episodes re-record them. Marker option: max_age.",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "ssetape(cassette=None, *, record_mode=None, speed=None, ignore_fields=(), "
-        "match_host=True, allow_gaps=False, redact_fields=(), redact_headers=(), profiles={}): "
+        "match_host=True, allow_gaps=False, redact_fields=(), redact_headers=(), profiles={}, "
+        "faults=(), max_age=None): "
         "options of "
         "the ssetape "
         "fixture for this test (they override the command line).",
@@ -95,6 +129,15 @@ def pytest_configure(config: pytest.Config) -> None:
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     run_id = (workerinput or {}).get("testrunuid") or getattr(config, "testrunuid", None)
     config.stash[_RUN_ID] = str(run_id or uuid.uuid4().hex)
+    from ssetape.testing.age import HygieneReport, parse_age
+
+    if config.getoption("ssetape_max_age", ""):
+        try:
+            parse_age(config.getoption("ssetape_max_age"))
+        except ValueError as e:
+            raise pytest.UsageError(f"--ssetape-max-age: {e}") from None
+    if workerinput is None:  # the controller (or a run without xdist) reports, once
+        config.pluginmanager.register(HygieneReport(config), "ssetape-hygiene")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -176,6 +219,9 @@ def _session(item: pytest.Item) -> TapeSession:
     if not cassette.is_absolute():
         cassette = item.path.parent / cassette
     mode = opts.get("record_mode") or config.getoption("ssetape_record_mode")
+    limit = opts.get("max_age") or config.getoption("ssetape_max_age", "")
+    if limit and cassette.exists():
+        mode = _check_age(item, cassette, str(limit), mode)
     speed = opts.get("speed")
     session = TapeSession(
         cassette,
@@ -192,10 +238,55 @@ def _session(item: pytest.Item) -> TapeSession:
         ssetape_bin=config.getoption("ssetape_bin"),
         # What it records is grouped per test (cut as a header's name would be).
         session=session_of(item.nodeid) or "",
+        faults=[opts["faults"]] if isinstance(opts.get("faults"), str) else opts.get("faults", ()),
     )
     if not session.replaying:
         session.redaction_key = _redaction_key(config)
     return session
+
+
+def _check_age(item: pytest.Item, cassette: Path, limit: str, mode: str) -> str:
+    """The record mode for a cassette older than ``limit`` (once and new_episodes re-record
+    it, as if it were absent), noting it for the report."""
+    import datetime as dt
+
+    from ssetape.testing.age import PROPERTY, read_lines, recorded_dates, stale
+
+    rerecord = mode != RecordMode.NONE
+    again = item.config.stash.setdefault(_STALE, set())
+    if rerecord and cassette in again:
+        # Another test sharing it re-recorded it: record too (recordings of a run add up),
+        # or the cassette would hold only that test's recordings.
+        return RecordMode.ALL.value
+    now = dt.datetime.now(dt.UTC)
+    dates = recorded_dates(read_lines(cassette))
+    found = stale(str(cassette), dates, limit, now, rerecord=rerecord)
+    if found is None:
+        return mode
+    item.user_properties.append((PROPERTY["stale"], json.dumps(asdict(found))))
+    if rerecord:
+        again.add(cassette)
+    return RecordMode.ALL.value if rerecord else mode
+
+
+def _gather(item: pytest.Item, session: TapeSession) -> None:
+    """What the end-of-session report needs from this test, in its user_properties (they
+    reach the xdist controller with the teardown report)."""
+    from ssetape.testing.age import PROPERTY
+
+    config = item.config
+    drift = config.getoption("ssetape_drift") or config.getoption("ssetape_drift_json")
+    if drift:
+        found = [d.as_dict() for d in session.drift(item.nodeid)]
+        if found:
+            item.user_properties.append((PROPERTY["drift"], json.dumps(found)))
+    if not drift and not config.getoption("ssetape_max_age"):
+        return  # no report of orphans: nothing to add to a JUnit XML's properties
+    # new_episodes rewrites the cassette: its lines are no longer the ones served.
+    replayed = session.replaying and not session.record_mode.forwards_misses
+    served = {"cassette": str(session.cassette), "replayed": replayed,
+              "served": session.served_lines()}  # fmt: skip
+    item.user_properties.append((PROPERTY["served"], json.dumps(served)))
 
 
 @pytest.fixture
@@ -222,6 +313,9 @@ def ssetape(request: pytest.FixtureRequest) -> Iterator[TapeSession]:
             session.close()
         except problems as e:
             pytest.fail(f"ssetape: {e}", pytrace=False)
+        if session.changes:
+            changed = {"cassette": str(session.cassette), "changes": session.changes}
+            item.user_properties.append(("ssetape_rerecorded", json.dumps(changed)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -232,6 +326,7 @@ def pytest_runtest_makereport(
     session = item.stash.get(_SESSION, None)
     if call.when != "call" or session is None:
         return report
+    _gather(item, session)
     text = session.explain()
     if text:
         if report.passed:
@@ -241,4 +336,19 @@ def pytest_runtest_makereport(
             report.longrepr = text
         else:
             report.sections.append(("ssetape", text))
+    if item.config.getoption("ssetape_strict") and report.passed:
+        _strict(report, session)
     return report
+
+
+def _strict(report: pytest.TestReport, session: TapeSession) -> None:
+    """--ssetape-strict: a passing test whose streams carry findings fails, listing them."""
+    from ssetape.testing.stream_checks import findings_report
+
+    try:
+        text = findings_report(session.exchanges())
+    except _problems() as e:
+        text = f"ssetape (--ssetape-strict): could not read the test's streams: {e}"
+    if text:
+        report.outcome = "failed"
+        report.longrepr = text

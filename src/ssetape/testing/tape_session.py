@@ -26,18 +26,25 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from ssetape.cassettes.cassette import Cassette
-from ssetape.redactor import Redactor
-from ssetape.replay.request_index import RequestIndex
+from ssetape.matching import canonical_request, one_line
+from ssetape.redactor import Redactor, unmask
+from ssetape.replay.faults import Fault, Faults
+from ssetape.replay.request_index import Miss, RequestIndex
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
+from ssetape.testing.age import read_lines
 from ssetape.testing.cassette_front import CassetteFront
 from ssetape.testing.cassette_lock import cassette_lock, default_lock_dir
 from ssetape.testing.child_proxy import SSETAPE, ChildProxy, ChildProxyError
+from ssetape.testing.drift import RequestDrift, content_changes, field_drift, recordings
 from ssetape.testing.loop_thread import LoopThread
-from ssetape.vocabulary import RecordMode
+from ssetape.testing.stream_record import ServedIndex as _ServedIndex
+from ssetape.testing.stream_record import StreamRecord, read_records, recorded_ids
+from ssetape.vocabulary import MAX_BODY, RecordMode
 
 # What a miss tells the test's author to do, in pytest's words.
 PYTEST_HINT = (
@@ -46,6 +53,34 @@ PYTEST_HINT = (
 )
 _FORWARD = ""  # the key of the forward proxy among the per-upstream ones
 _NEAREST = re.compile(r"#(\d+) ")
+
+
+def _asked(
+    method: str, host: str, full_path: str, body: bytes | None, **_: Any
+) -> tuple[str, str, str, bytes | None]:
+    return method, host, full_path, body
+
+
+class _DriftIndex(_ServedIndex):
+    """Also remembers, for the drift report, each request that missed or that matched only
+    because fields were ignored: redacted as the index redacts it, no field ignored."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.drifted: list[tuple[dict[str, Any], int | Miss]] = []
+
+    def lookup(self, *args: Any, **kwargs: Any) -> int | Miss | None:
+        found = super().lookup(*args, **kwargs)
+        if isinstance(found, Miss) or (found is not None and self.ignore):
+            method, host, full_path, body = _asked(*args, **kwargs)
+            path, _, query = full_path.partition("?")
+            big = body is not None and len(body) > MAX_BODY
+            canon = canonical_request(
+                method, host, path, self.redactor.query(query),
+                body if big else self.redactor.body(body), match_host=self.match_host,
+            )  # fmt: skip
+            self.drifted.append((unmask(canon), found))
+        return found
 
 
 class TapeSession:
@@ -70,8 +105,11 @@ class TapeSession:
         lock_dir: Path | None = None,
         ssetape_bin: str = "",
         session: str = "",
+        faults: Sequence[Fault | str] = (),
     ) -> None:
         mode = RecordMode.parse(record_mode, "record_mode")
+        #: Outages served on purpose when replaying (FaultError here for a bad one).
+        self.faults = Faults(faults)
         if not speed >= 0:
             raise ValueError(f"speed {speed!r}: use 0 (instant), 1 (recorded timing) or more")
         self.cassette = cassette
@@ -103,6 +141,9 @@ class TapeSession:
         self._lines: dict[int, int] = {}
         self._incomplete: dict[int, str] = {}  # recordings replayed that miss something
         self._lock = threading.Lock()
+        self._recorded_after = 0  # recording: the exchanges this test records come after it
+        #: Recording over a cassette: how it changed beyond timing (None: it did not).
+        self.changes: str | None = None
 
     # -- life cycle ------------------------------------------------------------
 
@@ -135,7 +176,7 @@ class TapeSession:
         if self.replaying:
             # Any key will do: masks compare key-free (redactor.unmask).
             redactor = Redactor(secrets.token_bytes(32), headers=self.redact_headers, fields=fields)
-            self._index = RequestIndex(
+            self._index = _DriftIndex(
                 store,
                 redactor,
                 ignore=self.ignore_fields,
@@ -144,9 +185,11 @@ class TapeSession:
                 keep_misses=True,
             )
             self._index.refresh()
-        elif self.redaction_key:
-            # Stable masks across re-recordings: an unchanged interaction gives no diff.
-            store.set_setting("redaction_key", self.redaction_key)
+        else:
+            self._recorded_after = Queries(store).last_id()
+            if self.redaction_key:
+                # Stable masks across re-recordings: an unchanged interaction gives no diff.
+                store.set_setting("redaction_key", self.redaction_key)
 
     def close(self) -> None:
         """Stop every server and proxy; when recording, write the cassette."""
@@ -178,7 +221,10 @@ class TapeSession:
             # add up; the other modes keep what is there (union by exchange uid).
             if (self.record_mode != RecordMode.ALL or written_this_run) and self.cassette.exists():
                 Cassette(self.cassette).import_into(store, profiles=self.profiles)
+            before = recordings(read_lines(self.cassette)) if self.cassette.exists() else None
             Cassette(self.cassette).export(store)
+            if before is not None:
+                self.changes = content_changes(before, recordings(read_lines(self.cassette)))
             lock.seek(0)
             lock.truncate()
             lock.write(self.run_id)
@@ -232,6 +278,12 @@ class TapeSession:
                 self._children[_FORWARD] = child
             return child.url
 
+    def fault(self, kind: str, **options: float | None) -> Fault:
+        """Serve a real outage in this test's replay, e.g. ``fault("cut", after_event=5)``,
+        ``fault("status", status=429, retry_after=1)`` (see :mod:`ssetape.replay.faults`);
+        recording never fakes one."""
+        return self.faults.add(Fault.make(kind, **options))
+
     def base_url(self, upstream: str) -> str:
         """A plain-HTTP base URL that stands for ``upstream`` (reverse mode): pass it as the
         SDK's ``base_url`` and the client needs no proxy settings at all."""
@@ -261,6 +313,7 @@ class TapeSession:
             self.speed,
             allow_gaps=self.allow_gaps,
             on_incomplete=self._incomplete.__setitem__,
+            faults=self.faults,
         )
         front.preload()
         port = LoopThread.shared().run(front.http.start("127.0.0.1", 0))
@@ -299,7 +352,48 @@ class TapeSession:
         self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
         return ChildProxy(args, what=f"ssetape recording proxy ({mode})", cwd=self._tmp)
 
+    def exchanges(self) -> list[StreamRecord]:
+        """The exchanges this test was served from the cassette, then those it recorded, with
+        their stream knowledge (see :mod:`ssetape.testing.stream_record`). Read while the
+        test runs; recording, it waits (5 s at most) for the proxy to store what it sent."""
+        if self._store is None:
+            return []
+        queries = Queries(self._store)
+        ids = list(self._index.served) if isinstance(self._index, _ServedIndex) else []
+        if not self.replaying:
+            ids += recorded_ids(queries, self._recorded_after)
+        return read_records(queries, ids, self._lines)
+
     # -- what went wrong -----------------------------------------------------------
+
+    def served_lines(self) -> list[int]:
+        """The cassette lines of the recordings this test was served."""
+        served = self._index.served if isinstance(self._index, _ServedIndex) else []
+        return sorted({self._lines[x] for x in served if x in self._lines})
+
+    def drift(self, test: str) -> list[RequestDrift]:
+        """The requests that missed or matched only with fields ignored, field by field
+        against the nearest recording (see :mod:`ssetape.testing.drift`)."""
+        if not isinstance(self._index, _DriftIndex) or self._store is None:
+            return []
+        out, queries = [], Queries(self._store)
+        for canon, found in list(self._index.drifted):
+            nearest = found if isinstance(found, int) else None
+            if isinstance(found, Miss) and found.nearest:
+                nearest = int(found.nearest[0]["id"])
+            x = queries.exchange(nearest) if nearest is not None else None
+            recorded = unmask(canonical_request(
+                x.method, x.host, x.path, x.query or "", x.request_body,
+                match_host=self.match_host,
+            )) if x is not None else {}  # fmt: skip
+            fields = field_drift(recorded, canon, self.ignore_fields) if x is not None else ()
+            if not fields and not isinstance(found, Miss):
+                continue  # the ignored fields were the same: no drift
+            request = one_line(f"{canon['method']} {canon['host'] or ''}{canon['path']}")
+            line = self._lines.get(nearest) if nearest is not None else None
+            out.append(RequestDrift(test, str(self.cassette), request,
+                                    isinstance(found, Miss), line, fields))  # fmt: skip
+        return out
 
     @property
     def misses(self) -> list[str]:
