@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from ssetape.matching import one_line
 from ssetape.vocabulary import Outcome
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ _SHOWN = 10  # findings a message lists, at most
 
 
 def _fail(record: StreamRecord, what: str) -> AssertionError:
-    return AssertionError(f"{record.label}: {what}")
+    # Paths, event names, tool names and details are recorded text, printed to a terminal and
+    # a test report: one printable line, so an escape sequence cannot act nor forge a line.
+    return AssertionError(one_line(f"{record.label}: {what}"))
 
 
 def _at(record: StreamRecord, seq: int | None) -> str:
@@ -149,7 +152,9 @@ def assert_stream(
 def findings_report(records: Iterable[StreamRecord]) -> str:
     """What ``--ssetape-strict`` fails a test with: every finding of its streams."""
     parts = [
-        "\n".join([f"  {r.label}:", *(f"    - {line}" for line in finding_lines(r))])
+        "\n".join(
+            [f"  {one_line(r.label)}:", *(f"    - {one_line(line)}" for line in finding_lines(r))]
+        )
         for r in records
         if r.findings
     ]

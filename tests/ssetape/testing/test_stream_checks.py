@@ -147,3 +147,33 @@ def test_checks_on_recorded_then_replayed_streams(
             r"FAILED test_llm.py::test_cut_stream.*",
         ]
     )
+
+
+def test_recorded_text_in_a_failed_check_is_one_printable_line() -> None:
+    """A cassette's path, tool names and finding details are recorded text: a failed check
+    prints them with every control character written out, never acting on the terminal."""
+    from ssetape.testing.stream_checks import (
+        assert_no_findings,
+        assert_tool_calls,
+        findings_report,
+    )
+    from ssetape.testing.stream_record import Gaps, StreamFinding, StreamRecord, ToolCall, Usage
+
+    hostile = "/v1/chat\x1b[2J\nFAKE: passed"
+    record = StreamRecord(
+        number=1, method="POST", path=hostile, host="h", status=200, state="completed",
+        api="chat_completions", model="m", outcome="completed", reason="stop",
+        usage=Usage(None, None, None, None, None, None), ttfb_ms=1.0, ttft_ms=2.0,
+        gaps=Gaps(None, None, None), duration_ms=3.0, tokens_per_s=None,
+        findings=(StreamFinding("invalid_json", None, "bad\x07\r\nline"),),
+        tool_calls=(ToolCall("get\x1b]0;x\x07", "{}"),), output_text="", event_count=0,
+        cassette_line=2, _source=None,  # type: ignore[arg-type]
+    )  # fmt: skip
+    for check in (assert_no_findings, lambda r: assert_tool_calls(r, ["get"])):
+        with pytest.raises(AssertionError) as e:
+            check(record)
+        message = str(e.value)
+        assert "\x1b" not in message and "\n" not in message and "\x07" not in message
+        assert "\\x1b" in message and message.startswith("exchange #1 POST /v1/chat\\x1b[2J\\n")
+    report = findings_report([record])
+    assert "\x1b" not in report and "\x07" not in report and "bad\\x07\\r\\nline" in report
