@@ -68,16 +68,20 @@ def player(tmp_path: Path) -> Player:
 
 
 def test_pieces_arrive_at_their_offsets_from_offset_zero(player: Player) -> None:
-    got = asyncio.run(replay(player, 1, speed=1.0, late=0.03))
+    late = 0.15
+    got = asyncio.run(replay(player, 1, speed=1.0, late=late))
     body = b"".join(d for _, d in got)
     assert body.startswith(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
     assert body.endswith(b"0\r\n\r\n") and body.count(b"data: ") == 5
-    # Offsets count from when the request was complete, not from when it was handled; no
-    # event comes before the head (recorded 20 ms in).
+    # Offsets count from when the request was complete, not from when it was handled: what
+    # was due by then goes at once, the rest on time (the 250 ms event would come 150 ms
+    # late, past the margin, if counted from the handling). No event comes before the head
+    # (recorded 20 ms in). The margin is for a loaded 2-core machine: a first read of the
+    # store there took 54 ms.
     for i, ms in enumerate(OFFSETS_MS):
         at = next(at for at, data in got if b"data: %d\n" % i in data)
-        due = max(ms, 20) / 1000
-        assert due - 0.005 <= at <= due + 0.05, (i, at, due)
+        due = max(ms / 1000, 0.02, late)
+        assert due - 0.005 <= at <= due + 0.1, (i, at, due)
     # Events that arrived in one read are written at once, as recorded.
     assert any(b"data: 1\n\ndata: 2\n\n" in data for _, data in got)
 
