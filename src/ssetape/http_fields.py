@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["field_problem", "reason_problem", "status_problem", "unsafe_fields"]
+__all__ = ["field_problem", "origin", "reason_problem", "status_problem", "unsafe_fields"]
 
 # RFC 9110 5.6.2: token = 1*tchar.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -63,3 +63,11 @@ def unsafe_fields(pairs: Iterable[tuple[object, object]]) -> list[tuple[int, str
         for i, (name, value) in enumerate(pairs)
         if (wrong := field_problem(name, value)) is not None
     ]
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(scheme: str, host: str, port: int) -> str:
+    """``https://host`` (``:port`` only when it is not the scheme's default)."""
+    return f"{scheme}://{host}{'' if DEFAULT_PORTS.get(scheme) == port else f':{port}'}"

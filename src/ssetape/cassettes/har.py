@@ -24,13 +24,13 @@ from ssetape.cassettes.codec import CassetteError
 from ssetape.cassettes.store_io import Narrow, Progress, scrubber, select_ids
 from ssetape.decoders import decode
 from ssetape.files import private_file
+from ssetape.http_fields import origin
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 _EXCHANGES = cast(Table, Exchange.__table__)
 _EVENTS = cast(Table, Event.__table__)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _BATCH = 200
 _BATCH_EVENTS = 50_000  # events of one batch read at once, at most
 
@@ -73,9 +73,8 @@ class Har:
 
     def entry(self, x: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
         x = self._scrub(dict(x))
-        port = "" if _DEFAULT_PORTS.get(x["scheme"]) == x["port"] else f":{x['port']}"
         query = x["query"] or ""
-        url = f"{x['scheme']}://{x['host']}{port}{x['path']}" + (f"?{query}" if query else "")
+        url = origin(x["scheme"], x["host"], x["port"]) + x["path"] + (f"?{query}" if query else "")
         req_headers = x["request_headers"] or []
         resp_headers = x["response_headers"] or []
         request: dict[str, Any] = {

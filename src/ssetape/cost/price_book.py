@@ -27,6 +27,7 @@ import orjson
 
 from ssetape.analysis.apis import APIS
 from ssetape.cost.price import Price, to_nusd
+from ssetape.http_fields import origin
 
 __all__ = ["MAX_PRICE_DATA", "LazyPriceBook", "PriceBook", "PriceDataError", "PriceQuery"]
 
@@ -59,9 +60,7 @@ class PriceQuery:
 
     @property
     def url(self) -> str:
-        default = {"https": 443, "http": 80}.get(self.scheme)
-        port = "" if self.port == default else f":{self.port}"
-        return f"{self.scheme}://{self.host}{port}/"
+        return f"{origin(self.scheme, self.host, self.port)}/"
 
 
 class PriceBook:

@@ -9,17 +9,15 @@ from typing import Any, BinaryIO
 import orjson
 
 from ssetape.cost.price import usd
+from ssetape.http_fields import origin
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.queries import Queries
 
 __all__ = ["EVENTS_SHOWN", "cost_of", "knowledge", "origin_of", "summary", "url_of", "write_detail"]
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
 
 def origin_of(x: Exchange) -> str:
-    port = "" if DEFAULT_PORTS.get(x.scheme) == x.port else f":{x.port}"
-    return f"{x.scheme}://{x.host}{port}"
+    return origin(x.scheme, x.host, x.port)
 
 
 def url_of(x: Exchange) -> str:
