@@ -57,6 +57,7 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 0.05, 2.0
 _REJECT_LOG_INTERVAL = 60.0
 _CHECKPOINT_ROWS = 5_000
 _TRANSIENT = frozenset(("OperationalError", "InterfaceError", "TimeoutError", "StoreUnwritable"))
+_QUERY_CANCELED = "57014"  # SQLSTATE of a statement cut at statement_timeout
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -68,6 +69,19 @@ def _is_transient(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
     return any(c.__name__ in _TRANSIENT for c in type(exc).__mro__)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    state = getattr(exc.orig if isinstance(exc, DBAPIError) else exc, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """The connection itself went (closed by the server, cut): no SQLSTATE, the server
+    never answered this statement."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return _is_transient(exc) and _sqlstate(exc) is None
 
 
 def _describe(exc: BaseException) -> str:
@@ -120,6 +134,11 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._deadline: float | None = None
         self._failing = 0  # failed attempts in the current outage
+        # Whether the last outage saw a deadline cancel, and when it ended: the server may
+        # close the cancelled session just after, failing a write after recovery (one cause).
+        self._cancelled = False
+        self._recovered_at = -_BACKOFF_MAX
+        self._aftermath = (deadline + 1.0) if deadline is not None else 0.0
         self._unchecked = 0  # rows committed since the last idle checkpoint
         self._overflow_logged = False
         self._last_reject_log = -_REJECT_LOG_INTERVAL
@@ -371,15 +390,27 @@ class Writer:
             self._check_file()
 
     def _note_failure(self, exc: BaseException, *, outage: bool = False) -> None:
+        """Count every failure; announce an outage once per episode (first failure to next
+        commit; a lost connection just after one with a deadline cancel belongs to it)."""
         msg = _describe(exc)
         self._ledger.failed(msg)
-        if outage and not self._failing:
+        if not outage:
+            return
+        aftermath = (
+            not self._failing
+            and self._cancelled
+            and _connection_lost(exc)
+            and time.monotonic() - self._recovered_at <= self._aftermath
+        )
+        if not self._failing and not aftermath:
+            self._cancelled = False
             log.warning(
                 f"ssetape storage: cannot write to {self._store.url} ({msg}); traffic still "
                 f"flows, retrying with backoff and keeping up to {self._ledger.max_pending} "
                 "queued rows"
             )
-        self._failing += outage
+        self._cancelled = self._cancelled or _sqlstate(exc) == _QUERY_CANCELED
+        self._failing += 1
 
     def _check_file(self) -> None:
         if self._file is not None:
@@ -416,3 +447,4 @@ class Writer:
                 f"failed attempts ({self.stats.dropped_events} events dropped so far)"
             )
             self._failing = 0
+            self._recovered_at = time.monotonic()
