@@ -47,6 +47,7 @@ from ssetape.analysis.profiles import (
     profile_for,
     profile_names,
 )
+from ssetape.framing.framings import FRAMINGS, framing_of
 from ssetape.recording import clock
 from ssetape.recording.body_tap import BodyTap
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
@@ -62,7 +63,8 @@ log = logging.getLogger("ssetape.recorder")
 META = "ssetape"
 REPLAYED = "ssetape_replayed"
 SESSION = "ssetape_session"  # the session the request's header named
-STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
+# What a framing cuts into events is a stream (SSE, NDJSON, AWS event streams).
+STREAM_TYPES = tuple(t for spec in FRAMINGS.values() for t in spec.content_types)
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
 READY_WAIT = 30.0  # seconds the proxy's start waits for the recording process, at most
 STOPPED = "recorder stopped before the exchange ended"
@@ -313,7 +315,7 @@ class Recorder:
         if streamed:
             self.link.stream(
                 uid,
-                sse=resp.headers.get("content-type", "").lower().startswith("text/event-stream"),
+                framing=framing_of(resp.headers.get("content-type")),
                 encoding=resp.headers.get("content-encoding", ""),
                 max_event=ctx.options.ssetape_max_event,
                 max_decoded=ctx.options.ssetape_max_decoded,

@@ -1,8 +1,9 @@
 """The real provider streams of ``tests/data/real_streams`` and an upstream serving them.
 
 Each stream is served as its provider sent it: the recorded status and headers, the body in
-pieces of one SSE event each (its wire bytes when gzip-encoded, in pieces of 256 bytes), a few
-milliseconds apart so that recording and replay have timing to keep.
+pieces of one frame each (an SSE event, an NDJSON line, an AWS event-stream frame; its wire
+bytes when gzip-encoded, in pieces of 256 bytes), a few milliseconds apart so that recording
+and replay have timing to keep.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ssetape.framing.framings import FRAMINGS, Framing, ParsedFrame, framing_of
 from tests.upstreams import read_request, serving
 
 CORPUS = Path(__file__).parent / "data" / "real_streams"
@@ -48,16 +50,19 @@ class RealStream:
     def request_body(self) -> bytes:
         return str(self.meta.get("request_body") or "").encode()
 
+    @property
+    def framing(self) -> Framing:
+        return framing_of(self.meta["response_headers"].get("content-type"))
+
+    def frames(self) -> list[ParsedFrame]:
+        """The decoded body's frames, as the recorder cuts them."""
+        parser = FRAMINGS[self.framing].parser(1 << 30)
+        return [*parser.feed(self.body), *parser.close()]
+
     def pieces(self) -> list[bytes]:
         if self.encoding:
             return [self.wire[i : i + 256] for i in range(0, len(self.wire), 256)]
-        out, rest = [], self.wire
-        while rest:
-            ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := rest.find(sep)) >= 0]
-            cut = min(ends) if ends else len(rest)
-            out.append(rest[:cut])
-            rest = rest[cut:]
-        return out
+        return [frame.raw for frame in self.frames()]
 
 
 @cache
@@ -65,7 +70,8 @@ def real_streams() -> tuple[RealStream, ...]:
     found = []
     for meta_file in sorted(CORPUS.glob("*.json")):
         meta = json.loads(meta_file.read_text())
-        found.append(RealStream(meta["name"], meta, meta_file.with_suffix(".sse").read_bytes()))
+        body = CORPUS / meta.get("body_file", f"{meta['name']}.sse")
+        found.append(RealStream(meta["name"], meta, body.read_bytes()))
     return tuple(found)
 
 
@@ -73,7 +79,7 @@ def by_name(name: str) -> RealStream:
     return next(s for s in real_streams() if s.name == name)
 
 
-def _answer(conn: socket.socket, stream: RealStream) -> bool:
+def answer(conn: socket.socket, stream: RealStream) -> bool:
     headers = "".join(f"{k}: {v}\r\n" for k, v in stream.meta["response_headers"].items())
     status = stream.meta["response_status"]
     try:
@@ -100,7 +106,7 @@ def corpus_upstream() -> Iterator[str]:
         with conn:
             while (request := read_request(conn, buffered)) is not None:
                 fields, buffered = request
-                if not _answer(conn, by_name(fields.get(PICK, ""))):
+                if not answer(conn, by_name(fields.get(PICK, ""))):
                     return
 
     with serving(serve) as url:

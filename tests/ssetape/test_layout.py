@@ -37,6 +37,7 @@ LAYERS = [
         "files",
         "recorder_id",
         "http_fields",
+        "framing",
     },
     {"storage", "migrations"},
     {"analysis", "cost"},

@@ -27,7 +27,10 @@ from ssetape.analysis.tally import Tally
 from ssetape.json_array import JsonArrayParser
 from ssetape.vocabulary import ExchangeState, Outcome
 
-__all__ = ["Analysis", "Analyzer"]
+__all__ = ["MAX_ERROR_BODY", "Analysis", "Analyzer"]
+
+# Bytes of a streamed HTTP error response kept to read its error from (its label is at the top).
+MAX_ERROR_BODY = 64 << 10
 
 _STATES = frozenset(ExchangeState)
 # How the transport ended, when the stream itself said nothing.
@@ -94,6 +97,8 @@ class Analyzer:
         self.profile = profile or PROFILES[DEFAULT_PROFILE]
         self._tally = Tally(UNKNOWN, self.profile)
         self._array: JsonArrayParser | None = None  # a stream that is one JSON array
+        # An HTTP error's body, whatever its content type claims: read whole, not as a stream.
+        self._error_body: bytearray | None = None
         try:
             req = orjson.loads(request_body) if request_body else None
             if isinstance(req, dict):
@@ -103,6 +108,11 @@ class Analyzer:
         except Exception:
             pass  # a request body that is not JSON tells nothing; the response still can
         self._set_api(self._tally, detect_api(path))
+        rules = APIS.get(self._tally.api)
+        if rules is not None and rules.model_of_path is not None:
+            # The model the path names is the one asked for and billed (Bedrock's modelId),
+            # even when the wrapped stream names its own version.
+            self._tally.set_model(rules.model_of_path(path))
 
     def _set_api(self, tally: Tally, api: str) -> None:
         tally.api = api
@@ -112,6 +122,23 @@ class Analyzer:
                 rules.request(tally, self._request)
             except Exception as exc:
                 tally.add(FindingCode.ANALYZER_ERROR, None, _describe(exc))
+
+    def answered(self, status: object) -> None:
+        """The response status, once known (before its body's rows): an HTTP error is an
+        outcome, not a stream; its rows are the body its error is read from."""
+        error = isinstance(status, int) and not isinstance(status, bool) and status >= 400
+        self._error_body = bytearray() if error else None
+
+    def feed_row(
+        self, seq: int, offset_us: int, event: str | None, data: str | None, raw: bytes
+    ) -> None:
+        """Take one stored row of a streamed body, as the recorder stored it."""
+        if self._error_body is not None:
+            self._error_body += raw[: MAX_ERROR_BODY - len(self._error_body)]
+        elif data is None and event is None:
+            self.feed_raw(seq, offset_us, raw)  # a chunk of a stream no framing cut
+        else:
+            self.feed(seq, offset_us, event, data)
 
     def feed(self, seq: int, offset_us: int, event: str | None, data: str | None) -> None:
         """Take one stored SSE event (``data`` None for comments and non-SSE chunks)."""
@@ -189,11 +216,15 @@ class Analyzer:
     ) -> Analysis:
         tally = self._tally
         extra: list[Finding] = []
-        if self._array is not None and self._array.invalid:
+        if body is None and self._error_body:
+            body = bytes(self._error_body)
+        # An HTTP error's body was never read as a stream: nothing to say of its form.
+        elements = self._array if self._error_body is None else None
+        if elements is not None and elements.invalid:
             detail = "The stream is not the JSON array this API streams."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
-        elif self._array is not None and self._array.dropped:
-            detail = f"{self._array.dropped} array elements over the size bound were not read."
+        elif elements is not None and elements.dropped:
+            detail = f"{elements.dropped} array elements over the size bound were not read."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
         status = status if isinstance(status, int) and not isinstance(status, bool) else None
         http_error = status is not None and status >= 400
@@ -310,12 +341,23 @@ class Analyzer:
 def _error_body_reason(body: bytes, rules: ApiRules | None) -> str | None:
     """The label of an HTTP error body, by the API's own reading of an error object."""
     obj = _loads(body)
+    if obj is _BAD_JSON:
+        obj = _first_data(body)  # an error sent as a stream: its first event says it
     if isinstance(obj, list) and len(obj) == 1:
         obj = obj[0]  # an error answered on a path that streams a JSON array
     if not isinstance(obj, dict):
         return None
     read = rules.error_reason if rules is not None else Tally.error_reason
     return read(obj.get("error")) or Tally.error_reason(obj.get("detail"))
+
+
+def _first_data(body: bytes) -> Any:  # the first JSON object of an SSE or NDJSON body
+    for line in body.splitlines()[:100]:
+        line = line.strip()
+        obj = _loads(line[5:].strip() if line.startswith(b"data:") else line)
+        if isinstance(obj, dict):
+            return obj
+    return None
 
 
 def _outcome(

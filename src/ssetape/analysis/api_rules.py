@@ -57,3 +57,5 @@ class ApiRules:
     # Whether the reported input count leaves cache reads and writes out (Anthropic's
     # input_tokens), where the others count them in: pricing adds them back.
     input_excludes_cache: bool = False
+    # The model a request path names, for APIs whose bodies do not (Bedrock's /model/{id}/).
+    model_of_path: Callable[[str], str | None] | None = None

@@ -10,7 +10,18 @@ from __future__ import annotations
 import re
 
 from ssetape.analysis.api_rules import ApiRules, Payload
-from ssetape.analysis.rules import chat_completions, gemini, images, messages, responses
+from ssetape.analysis.rules import (
+    bedrock_converse,
+    bedrock_invoke,
+    chat_completions,
+    cohere_chat,
+    gemini,
+    images,
+    interactions,
+    messages,
+    ollama,
+    responses,
+)
 
 __all__ = [
     "APIS",
@@ -31,10 +42,19 @@ APIS: dict[str, ApiRules] = {
         messages.RULES,
         images.RULES,
         gemini.RULES,
+        cohere_chat.RULES,
+        interactions.RULES,
+        bedrock_converse.RULES,
+        bedrock_invoke.RULES,
+        ollama.RULES,
     )
 }
-# A Responses stream resumed by id: GET /v1/responses/{id}?stream=true&starting_after=N.
-_RESUMED = re.compile(r"/responses/[^/]+$")
+# Streams resumed by id: GET /v1/responses/{id}?stream=true&starting_after=N (Responses),
+# GET /v1beta/interactions/{id}?stream=true&last_event_id=E (Interactions).
+_RESUMED = {
+    responses.RULES.name: re.compile(r"/responses/[^/]+$"),
+    interactions.RULES.name: re.compile(r"/interactions/[^/]+$"),
+}
 # Typed APIs first: their event names are the surest sign, a "choices" key the weakest.
 _BY_EVENT = sorted(APIS.values(), key=lambda r: not r.typed_events)
 
@@ -50,7 +70,7 @@ def detect_api(path: str) -> str:
     for rules in APIS.values():
         if path.endswith(rules.paths):
             return rules.name
-    return responses.RULES.name if _RESUMED.search(path) else UNKNOWN
+    return next((name for name, resumed in _RESUMED.items() if resumed.search(path)), UNKNOWN)
 
 
 def streams_array(path: str) -> bool:

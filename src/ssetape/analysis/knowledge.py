@@ -22,6 +22,7 @@ from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
 from ssetape.cost.price import Price
 from ssetape.cost.price_book import LazyPriceBook, PriceBook, PriceQuery
+from ssetape.framing.framings import Framing, framing_of
 from ssetape.storage.engine import SQLITE_BEGIN
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import Store
@@ -29,8 +30,12 @@ from ssetape.storage.store import Store
 log = logging.getLogger("ssetape.analysis.knowledge")
 
 # Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
-ANALYSIS_VERSION = 3  # 2: provider profiles, cache and reasoning counts; 3: web searches
+# 2: provider profiles, cache and reasoning counts; 3: web searches; 4: Bedrock, Ollama, Cohere,
+# Interactions, vendor quirks (Vertex, Mistral...), HTTP errors read as bodies.
+ANALYSIS_VERSION = 4
 _PAGE = 5_000
+# Rows of a streamed HTTP error read for its body (of which MAX_ERROR_BODY bytes are kept).
+_ERROR_ROWS = 1_000
 EXCHANGES = cast(Table, Exchange.__table__)
 
 
@@ -160,10 +165,21 @@ class Knowledge:
             method=x.method, path=x.path, request_body=x.request_body, profile=profile
         )
         ctype = content_type(x.response_headers)
-        # As the recorder stored them: events for SSE, the wire chunks otherwise; only an API
-        # whose stream is a JSON array reads those (the live analysis reads the same rows).
-        array = not (ctype or "").lower().startswith("text/event-stream") and streams_array(x.path)
-        if x.is_stream and not array:
+        analyzer.answered(x.status)
+        # As the recorder stored them: events where a framing cut them, the wire chunks
+        # otherwise; only an API whose stream is a JSON array reads those (the live analysis
+        # reads the same rows). An HTTP error's rows are its body, read from their bytes.
+        array = framing_of(ctype) is Framing.CHUNKS and streams_array(x.path)
+        if x.is_stream and x.status is not None and x.status >= 400:
+            error_stmt = (
+                select(Event.seq, Event.offset_us, Event.event, Event.data, Event.raw)
+                .where(Event.exchange_id == x.id)
+                .order_by(Event.seq)
+                .limit(_ERROR_ROWS)
+            )
+            for seq, offset_us, event, data, raw in s.execute(error_stmt):
+                analyzer.feed_row(seq, offset_us, event, data, bytes(raw))
+        elif x.is_stream and not array:
             stmt = (
                 select(Event.seq, Event.offset_us, Event.event, Event.data)
                 .where(Event.exchange_id == x.id)

@@ -55,16 +55,16 @@ class LiveAnalysis:
         self._hand_over(uid)
         if "status" in fields:
             self._heads[uid] = (fields["status"], content_type(fields.get("response_headers")))
+            analyzer = self._analyzers.get(uid)
+            if analyzer is not None:
+                analyzer.answered(fields["status"])
 
     def add_events(self, uid: str, rows: list[EventRow]) -> None:
         analyzer = self._analyzers.get(uid)
         if analyzer is not None:
-            feed, feed_raw = analyzer.feed, analyzer.feed_raw
+            feed = analyzer.feed_row
             for seq, offset_us, event, data, _, raw in rows:
-                if data is None and event is None:
-                    feed_raw(seq, offset_us, raw)  # a chunk of a stream that is not SSE
-                else:
-                    feed(seq, offset_us, event, data)
+                feed(seq, offset_us, event, data, raw)
         waiting = self._rows.get(uid)
         if waiting is None:
             self._rows[uid] = rows

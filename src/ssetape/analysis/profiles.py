@@ -88,9 +88,50 @@ SEED_NEVER_SENT = MappingProxyType(
 # Anthropic's content_block_delta types (the anthropic SDK's ``RawContentBlockDelta``) and the
 # seed gateway's subset.
 ANTHROPIC_DELTAS = frozenset(
-    {"text_delta", "input_json_delta", "citations_delta", "thinking_delta", "signature_delta"}
+    {
+        "text_delta",
+        "input_json_delta",
+        "citations_delta",
+        "thinking_delta",
+        "signature_delta",
+        "compaction_delta",
+    }
 )
 SEED_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "signature_delta"})
+# Gemini enums sent as numbers (proto3 JSON with ``enum-encoding=int``, as Google's GAPIC REST
+# clients ask for): the values both Google protos share, Vertex AI's and the Gemini API's.
+GEMINI_FINISH_CODES = MappingProxyType(
+    dict(
+        enumerate(
+            ("FINISH_REASON_UNSPECIFIED", "STOP", "MAX_TOKENS", "SAFETY", "RECITATION", "OTHER")
+        )
+    )
+)
+GEMINI_BLOCK_CODES = MappingProxyType(
+    dict(enumerate(("BLOCKED_REASON_UNSPECIFIED", "SAFETY", "OTHER")))
+)
+# Vertex AI's own numbering past those (google/cloud/aiplatform/v1/content.proto
+# Candidate.FinishReason, prediction_service.proto PromptFeedback.BlockedReason); the Gemini
+# API's proto numbers the same names differently, so these are read under Vertex's profile only.
+VERTEX_FINISH_CODES = MappingProxyType(
+    {
+        **GEMINI_FINISH_CODES,
+        6: "BLOCKLIST",
+        7: "PROHIBITED_CONTENT",
+        8: "SPII",
+        9: "MALFORMED_FUNCTION_CALL",
+        10: "MODEL_ARMOR",
+        11: "IMAGE_SAFETY",
+        12: "IMAGE_PROHIBITED_CONTENT",
+        13: "IMAGE_RECITATION",
+        14: "IMAGE_OTHER",
+        15: "UNEXPECTED_TOOL_CALL",
+        16: "NO_IMAGE",
+    }
+)
+VERTEX_BLOCK_CODES = MappingProxyType(
+    {**GEMINI_BLOCK_CODES, 3: "BLOCKLIST", 4: "PROHIBITED_CONTENT"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +152,10 @@ class Profile:
     # ``event: error`` carries a chat stream's failure (Groq; the openai SDK raises on it).
     chat_error_event: bool = True
     messages_deltas: frozenset[str] = ANTHROPIC_DELTAS
+    # Names of Gemini's finishReason and blockReason when sent as numbers.
+    # (factories: Python 3.11's dataclasses refuse a mappingproxy as a plain default)
+    gemini_finish_codes: Mapping[int, str] = field(default_factory=lambda: GEMINI_FINISH_CODES)
+    gemini_block_codes: Mapping[int, str] = field(default_factory=lambda: GEMINI_BLOCK_CODES)
 
 
 PROFILES: Mapping[str, Profile] = MappingProxyType(
@@ -122,6 +167,13 @@ PROFILES: Mapping[str, Profile] = MappingProxyType(
                 hosts=("api.openai.com", ".openai.azure.com", ".cognitiveservices.azure.com"),
             ),
             Profile("anthropic", hosts=("api.anthropic.com",)),
+            # Vertex AI: regional hosts (us-central1-aiplatform...) and the global one.
+            Profile(
+                "vertex",
+                hosts=("aiplatform.googleapis.com", "*-aiplatform.googleapis.com"),
+                gemini_finish_codes=VERTEX_FINISH_CODES,
+                gemini_block_codes=VERTEX_BLOCK_CODES,
+            ),
             Profile("openrouter", hosts=("openrouter.ai",), responses_done=True),
             # Groq, DeepSeek, Together, Fireworks by name; vLLM, Ollama and any gateway as
             # the default (DEFAULT_PROFILE).
@@ -189,6 +241,9 @@ def _match(host: str, port: int | None, pairs: Iterable[tuple[str, str]]) -> str
         if wanted is not None and wanted != port:
             continue
         hit = host == pattern.lstrip(".") or (pattern.startswith(".") and host.endswith(pattern))
+        # A profile's own "*-name" host: any host ending so (regional endpoints); user
+        # patterns never hold a "*" (_pattern refuses it), so this is for built-in hosts only.
+        hit = hit or (pattern.startswith("*") and host.endswith(pattern[1:]))
         if hit and (best is None or (wanted is not None, len(pattern)) > best[:2]):
             best = (wanted is not None, len(pattern), name)
     return None if best is None else best[2]

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from ssetape.cassettes.codec import TABLES, CassetteCodec, CassetteError, short
-from ssetape.sse import SseParser
+from ssetape.framing.framings import FRAMINGS, Framing, frame_fields, framing_of_headers
 
 __all__ = [
     "FORMAT_VERSION",
@@ -105,7 +105,7 @@ def read_records(
         )
     report.redact_fields = _header(name, *header)
     started = (now or dt.datetime.now(dt.UTC)).isoformat()
-    sse = False
+    framing = Framing.CHUNKS
     alike: dict[bytes, int] = {}
     for number, raw in rows:
         where = f"{name}:{number}"
@@ -132,10 +132,11 @@ def read_records(
         values = codecs[kind].decode(obj, name, number, report.ignored)
         parsed_data = "data" in obj
         del obj
-        if kind == "event" and sse and "raw" in values and not parsed_data:
-            values.update(event_fields(values["raw"]))
+        if kind == "event" and framing in FRAMINGS and "raw" in values and not parsed_data:
+            # An event's type, data and id, parsed from its bytes as the recorder parsed them.
+            values.update(frame_fields(values["raw"], framing))
         if kind == "exchange":
-            sse = is_sse(values.get("response_headers"))
+            framing = framing_of_headers(values.get("response_headers"))
             uid = values["uid"]
             if uid in seen_uids:
                 raise CassetteError(
@@ -160,26 +161,6 @@ def read_records(
                     f"ended ({duration})"
                 )
         yield number, kind, values
-
-
-def is_sse(headers: Any) -> bool:
-    """Whether a response's headers ([name, value] pairs) say it is an SSE stream, as the
-    recorder decides it."""
-    return any(
-        k.lower() == "content-type" and v.lower().startswith("text/event-stream")
-        for k, v in headers or ()
-    )
-
-
-def event_fields(raw: bytes) -> dict[str, Any]:
-    """An SSE event's type, data and id, parsed from its raw bytes as the recorder parsed
-    them (one event's bytes, the last one of a stream possibly unterminated)."""
-    parser = SseParser()
-    events = parser.feed(raw) + parser.close()
-    if len(events) != 1:  # not one event's bytes: nothing to say about it
-        return {}
-    ev = events[0]
-    return {"event": ev.type, "data": ev.data, "sse_id": ev.id}
 
 
 def _header(name: str, number: int, raw: bytes) -> list[str]:

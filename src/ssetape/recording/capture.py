@@ -3,7 +3,10 @@
 Runs in the recording process (``ssetape.recording.worker``), fed the chunks the proxy stamped
 as it relayed them. It never raises: a stream it cannot parse is recorded as such.
 
-Everything it holds is bounded: an SSE event larger than ``max_event`` bytes is not kept (the
+The body is cut into events by its framing (:mod:`ssetape.framing.framings`: SSE, AWS event
+streams, NDJSON), or kept as its wire chunks when no framing claims it.
+
+Everything it holds is bounded: an event larger than ``max_event`` bytes is not kept (the
 exchange says so and where, and capture resumes at the next event), and a content-encoded
 stream is decoded only up to ``max_decoded`` bytes (a small compressed body can inflate to
 gigabytes). The wire chunks of an encoded stream are always kept as they came: replay sends
@@ -13,18 +16,17 @@ those, byte for byte, even when its events could not all be parsed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from ssetape.decoders import Decoder, decoder
+from ssetape.framing.framings import FRAMINGS, FrameParser, Framing, ParsedFrame
 from ssetape.records import EventSink
-from ssetape.sse import SseEvent, SseParser
 
 log = logging.getLogger("ssetape.recording.capture")
 
-MAX_EVENT = 16 << 20  # bytes of one SSE event
+MAX_EVENT = 16 << 20  # bytes of one event
 MAX_DECODED = 256 << 20  # bytes an encoded stream is decoded to
-# A blank line ends an SSE event, whichever line ends the server uses.
-_EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
-_LONGEST_END = 4
+MAX_NOTES = 10  # of the framing's problems; past that they are counted
 
 
 class Capture:
@@ -39,15 +41,19 @@ class Capture:
         uid: str,
         sink: EventSink,
         *,
-        sse: bool,
+        framing: Framing,
         encoding: str = "",
         max_event: int = MAX_EVENT,
         max_decoded: int = MAX_DECODED,
     ) -> None:
         self.uid = uid
         self._sink = sink
-        self._parser = SseParser() if sse else None
+        self._spec = FRAMINGS.get(framing)
+        self._ends = self._spec.ends if self._spec is not None else ()
+        self._longest_end = max(map(len, self._ends), default=0)
         self._max_event = max_event
+        self._parser = self._new_parser()
+        self._problems = 0
         self._max_decoded = max_decoded
         self._seq = 0
         self._chunk_seq = 0
@@ -94,8 +100,15 @@ class Capture:
             return
         self._mark_gap(self._seq)
         if self.parsing and self._parser is not None:
-            self._parser = SseParser()
-            self._skipping, self._carry = True, tail[-_LONGEST_END:]
+            if not self._ends:  # no way to find where the next frame starts
+                self.notes.append(f"frames after #{self._seq} stored unframed after the gap")
+                self._parser = None
+                return
+            self._parser = self._new_parser()
+            self._skipping, self._carry = True, tail[-self._longest_end :]
+
+    def _new_parser(self) -> FrameParser | None:
+        return self._spec.parser(self._max_event) if self._spec is not None else None
 
     def _mark_gap(self, seq: int) -> None:
         if self.gap_seq is None:
@@ -127,18 +140,29 @@ class Capture:
             return
         pending = self._parser.pending
         events = self._parser.feed(data)
-        if pending + len(data) > self._max_event:  # only then can an event be over the bound
+        # Only then can an event be over the bound (or one the parser passed over be here).
+        if pending + len(data) > self._max_event or self._parser.skipped:
+            self._parser.skipped = 0
             events = self._within_bound(events, offset)
         self._emit(events, offset)
+        self._drain(self._parser)
         if self._parser.pending > self._max_event:
             self._oversized()
 
-    def _within_bound(self, events: list[SseEvent], offset: int) -> list[SseEvent]:
+    def _drain(self, parser: FrameParser) -> None:
+        """What the parser found wrong with the bytes it framed."""
+        for problem in parser.problems:
+            self._problems += 1
+            if self._problems <= MAX_NOTES:
+                self.notes.append(f"{problem} (#{self._seq})")
+        parser.problems.clear()
+
+    def _within_bound(self, events: Sequence[ParsedFrame], offset: int) -> Sequence[ParsedFrame]:
         """``events`` up to the last one over the bound emitted, those over it named; the
         rest, to emit."""
-        kept: list[SseEvent] = []
+        kept: list[ParsedFrame] = []
         for ev in events:
-            if len(ev.raw) > self._max_event:
+            if len(ev.raw) > self._max_event or not ev.raw:  # no bytes: passed over
                 self._emit(kept, offset)
                 kept = []
                 self._not_stored()
@@ -157,17 +181,17 @@ class Capture:
         event."""
         assert self._parser is not None
         self._not_stored()
-        tail = self._parser.tail(_LONGEST_END)
-        self._parser = SseParser()
+        tail = self._parser.tail(self._longest_end)
+        self._parser = self._new_parser()
         self._skipping, self._carry = True, tail
 
     def _resync(self, data: bytes) -> bytes:
         """What follows the first event end in the bytes seen since the gap (its last ones
         included, so an end split across chunks is found); nothing until there is one."""
         seen = self._carry + data
-        ends = [i + len(sep) for sep in _EVENT_ENDS if (i := seen.find(sep)) >= 0]
+        ends = [i + len(sep) for sep in self._ends if (i := seen.find(sep)) >= 0]
         if not ends:
-            self._carry = seen[-_LONGEST_END:]
+            self._carry = seen[-self._longest_end :]
             return b""
         self._skipping, self._carry = False, b""
         return seen[min(ends) :]
@@ -178,10 +202,13 @@ class Capture:
             return
         try:
             self._emit(self._parser.close(), offset)
+            self._drain(self._parser)
+            if self._problems > MAX_NOTES:
+                self.notes.append(f"{self._problems - MAX_NOTES} more framing problems")
         except Exception as e:
             self.fail(f"{type(e).__name__}: {e}")
 
-    def _emit(self, events: list[SseEvent], offset: int) -> None:
+    def _emit(self, events: Sequence[ParsedFrame], offset: int) -> None:
         if not events:
             return
         seq = self._seq

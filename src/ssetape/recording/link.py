@@ -25,6 +25,7 @@ import select
 import time
 from typing import Any
 
+from ssetape.framing.framings import Framing
 from ssetape.recording.backlog import Backlog
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.child import PIPE_SIZE, Child
@@ -137,14 +138,14 @@ class RecordLink:
         self,
         uid: str,
         *,
-        sse: bool,
+        framing: Framing,
         encoding: str,
         max_event: int = MAX_EVENT,
         max_decoded: int = MAX_DECODED,
     ) -> None:
         encoded = encoding.strip().lower() not in ("", "identity")
-        self._events.stream(uid, sse=sse, encoded=encoded)
-        self._send((STREAM, uid, sse, encoding, max_event, max_decoded))
+        self._events.stream(uid, framing=framing, encoded=encoded)
+        self._send((STREAM, uid, framing.value, encoding, max_event, max_decoded))
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         last = self._events.end(uid)  # a last event without its blank line

@@ -9,8 +9,9 @@ exchange, offsets are integer microseconds from the moment the proxy had the who
 
 - ``(CONFIG, WorkerConfig)``: always the first message
 - ``(BEGIN, uid, fields)``: the request arrived; ``(UPDATE, uid, fields)``: response headers
-- ``(STREAM, uid, sse, encoding, max_event, max_decoded)``: a streamed body begins, with the
-  bytes one of its events and its decoded body may take (the proxy's options when it began)
+- ``(STREAM, uid, framing, encoding, max_event, max_decoded)``: a streamed body begins: how it
+  is cut into events (a ``Framing`` value), the bytes one of its events and its decoded body
+  may take (the proxy's options when it began)
 - ``(CHUNK, uid, offset_us, data)``: one relayed chunk, stamped by the proxy
 - ``(GAP, uid, nbytes, tail)``: chunks the proxy did not pass on (the recording process fell
   behind); ``tail``: their last bytes, to find where the next event starts
@@ -86,7 +87,7 @@ CLOSE: Final = "close"
 ConfigMsg = tuple[Literal["cfg"], "WorkerConfig"]
 BeginMsg = tuple[Literal["b"], str, dict[str, Any]]
 UpdateMsg = tuple[Literal["u"], str, dict[str, Any]]
-StreamMsg = tuple[Literal["s"], str, bool, str, int, int]
+StreamMsg = tuple[Literal["s"], str, str, str, int, int]
 ChunkMsg = tuple[Literal["c"], str, int, bytes]
 GapMsg = tuple[Literal["g"], str, int, bytes]
 FinishMsg = tuple[Literal["f"], str, int, dict[str, Any]]

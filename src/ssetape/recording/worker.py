@@ -26,6 +26,7 @@ from typing import IO, Any
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.live_analysis import LiveAnalysis
 from ssetape.cost.price_book import LazyPriceBook
+from ssetape.framing.framings import Framing
 from ssetape.recorder_id import RecorderId
 from ssetape.recording.capture import Capture
 from ssetape.recording.protocol import (
@@ -213,13 +214,13 @@ class RecordWorker:
             self.live.update(uid, fields)
             self.writer.update(uid, **fields)
 
-    def _stream(self, msg: tuple[str, str, bool, str, int, int]) -> None:
-        _, uid, sse, encoding, max_event, max_decoded = msg
+    def _stream(self, msg: tuple[str, str, str, str, int, int]) -> None:
+        _, uid, framing, encoding, max_event, max_decoded = msg
         if uid in self.open:
             self.captures[uid] = Capture(
                 uid,
                 self.live,
-                sse=sse,
+                framing=Framing.validate(framing),
                 encoding=encoding,
                 max_event=max_event,
                 max_decoded=max_decoded,

@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ssetape.analysis.analyzer import Analyzer
-from ssetape.analysis.apis import streams_array
-from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import profile_or_none
 from ssetape.replay.request_index import Miss, RequestIndex
 from ssetape.vocabulary import ExchangeState
@@ -153,7 +151,6 @@ class _Source:
     path: str
     request_body: bytes | None
     profile: str | None
-    array: bool  # a stream that is one JSON array (its events are the wire chunks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,10 +213,7 @@ class StreamRecord:
                             profile=profile_or_none(src.profile))  # fmt: skip
         for seq, offset_us, event, data, raw in src.queries.event_rows(src.exchange_id):
             scan.carried = False
-            if src.array:
-                scan.feed_raw(seq, offset_us, bytes(raw))
-            else:
-                scan.feed(seq, offset_us, event, data)
+            scan.feed_row(seq, offset_us, event, data, bytes(raw))
             if scan.carried:
                 yield StreamEvent(seq, offset_us / 1000, event_name(event, data, raw), data)
 
@@ -234,9 +228,7 @@ def _record(
         for c in details.get("tool_calls") or []
         if isinstance(c, dict)
     )
-    ctype = (content_type(x.response_headers) or "").lower()
-    array = not ctype.startswith("text/event-stream") and streams_array(x.path)
-    source = _Source(queries, x.id, x.method, x.path, x.request_body, x.profile, array)
+    source = _Source(queries, x.id, x.method, x.path, x.request_body, x.profile)
     usage = Usage(x.input_tokens, x.output_tokens, x.total_tokens, x.cache_read_tokens,
                   x.cache_write_tokens, x.reasoning_tokens)  # fmt: skip
     gaps = Gaps(_ms(x.gap_median_us), _ms(x.gap_p95_us), _ms(x.gap_max_us))

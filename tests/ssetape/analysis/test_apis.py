@@ -29,6 +29,18 @@ from ssetape.vocabulary import Outcome
         ("/v1/responses/resp_0850/input_items", "unknown"),
         ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", "gemini"),
         ("/v1beta/models/gemini-2.5-flash:generateContent", "gemini"),
+        ("/model/us.anthropic.claude-sonnet-4-20250514-v1%3A0/converse-stream", "bedrock_converse"),
+        ("/model/amazon.nova-lite-v1:0/converse", "bedrock_converse"),
+        (
+            "/model/anthropic.claude-3-sonnet-20240229-v1:0/invoke-with-response-stream",
+            "bedrock_invoke",
+        ),
+        ("/my-chain/invoke", "unknown"),  # a bare /invoke is other services' word too
+        ("/api/chat", "ollama"),
+        ("/api/generate", "ollama"),
+        ("/v2/chat", "cohere_chat"),
+        ("/v1beta/interactions", "interactions"),
+        ("/v1beta/interactions/v1_abc?stream=true&last_event_id=3", "interactions"),
     ],
 )
 def test_the_api_of_a_path(path: str, api: str) -> None:
@@ -53,8 +65,13 @@ def test_the_api_of_an_event_or_a_body_when_the_path_does_not_tell() -> None:
     assert apis.api_of_body({"type": "message"}) == "messages"
     assert apis.api_of_event(None, {"candidates": [], "modelVersion": "gemini-2.5"}) == "gemini"
     assert apis.api_names() == [
-        "chat_completions", "responses", "messages", "images", "gemini", "unknown",
+        "chat_completions", "responses", "messages", "images", "gemini", "cohere_chat",
+        "interactions", "bedrock_converse", "bedrock_invoke", "ollama", "unknown",
     ]  # fmt: skip
+    assert apis.api_of_event("messageStart", {"role": "assistant"}) == "bedrock_converse"
+    assert apis.api_of_event("chunk", {"bytes": "e30="}) == "bedrock_invoke"
+    line = {"model": "llama3", "created_at": "2024-05-24T20:26:46Z", "done": False}
+    assert apis.api_of_event(None, line) == "ollama"
 
 
 def test_a_new_api_is_one_rules_object_and_one_registry_entry(

@@ -1,6 +1,7 @@
 """Real provider streams (tests/data/real_streams, with their sources) read as their providers
 document them: each under the profile of the host it came from, with no finding that is false
-for that provider.
+for that provider. Each is cut into frames as the recorder cuts it (SSE events, Bedrock's AWS
+event-stream frames, Ollama's NDJSON lines).
 
 What each expected value rests on: the outcome and reason are the stream's own
 ``finish_reason`` / ``stop_reason`` / terminal event as the provider's API reference defines it
@@ -10,6 +11,16 @@ usage object the stream sent, input and output as reported, cache and reasoning 
 ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` and
 ``*_tokens_details.reasoning_tokens``; the first content event is the first that carries text,
 reasoning (summaries included) or tool input. Texts are checked against the stream itself below.
+
+The families added later, by their references: Bedrock's ConverseStream ``messageStop.stopReason``
+and ``metadata.usage`` (``inputTokens`` leaves cache reads out, as Anthropic's does; the model is
+the request path's ``modelId``); InvokeModelWithResponseStream's ``chunk`` holds the model's own
+stream (Anthropic Messages, Nova's Converse-shaped events, Llama's ``stop_reason``, Titan's
+``completionReason``); Ollama's last line ``done_reason``, ``prompt_eval_count``/``eval_count``;
+Cohere v2's ``message-end`` ``finish_reason`` with ``usage.billed_units`` (what is billed: ``tokens``
+also counts tokens Cohere adds itself) and ``tool-plan-delta`` as reasoning; Gemini's and
+Vertex's output count includes ``thoughtsTokenCount``, as they bill it. A guardrail that
+intervened (``guardrail_intervened``) withheld or masked the answer: refused.
 """
 
 from __future__ import annotations
@@ -70,28 +81,50 @@ EXPECTED = [
     ("resp_resume_starting_after", "openai", "responses", "gpt-4o-2024-08-06", "completed", "completed", 15, 9, 0, None, 0, 4, 15, 0, 0),
     ("resp_text", "openai", "responses", "gpt-4o-2024-08-06", "completed", "completed", 278, 9, 0, None, 0, 4, 31, 0, 0),
     ("resp_web_search", "openai", "responses", "gpt-5-2025-08-07", "completed", "completed", 9463, 582, 8320, None, 512, 13, 212, 0, 0),
+    ("bedrock_converse_cache_read", "compatible", "bedrock_converse", "us.anthropic.claude-3-7-sonnet-20250219-v1:0", "completed", "end_turn", 12, 250, 1028, 0, None, 1, 1240, 0, 0),
+    ("bedrock_converse_guardrail", "compatible", "bedrock_converse", "amazon.titan-text-express-v1", "refused", "guardrail_intervened", 17, 16, None, None, None, 1, 78, 0, 0),
+    ("bedrock_converse_max_tokens", "compatible", "bedrock_converse", "amazon.titan-text-lite-v1", "incomplete", "max_tokens", 8, 10, None, None, None, 1, 24, 0, 0),
+    ("bedrock_converse_server_tool", "compatible", "bedrock_converse", "us.amazon.nova-2-lite-v1:0", "completed", "tool_use", 1002, 59, None, None, None, 2, 0, 0, 1),
+    ("bedrock_converse_thinking", "compatible", "bedrock_converse", "us.anthropic.claude-sonnet-4-20250514-v1:0", "completed", "end_turn", 36, 73, None, None, None, 1, 55, 193, 0),
+    ("bedrock_converse_tool_use", "compatible", "bedrock_converse", "anthropic.claude-3-sonnet-20240229-v1:0", "completed", "tool_use", 259, 64, None, None, None, 1, 96, 0, 1),
+    ("bedrock_invoke_anthropic_messages", "compatible", "bedrock_invoke", "anthropic.claude-3-sonnet-20240229-v1:0", "completed", "end_turn", 21, 22, None, None, None, 2, 76, 0, 0),
+    ("bedrock_invoke_llama_length", "compatible", "bedrock_invoke", "meta.llama2-13b-chat-v1", "incomplete", "length", 10, 60, None, None, None, 0, 229, 0, 0),
+    ("bedrock_invoke_nova_guardrail", "compatible", "bedrock_invoke", "amazon.nova-lite-v1:0", "completed", "end_turn", 30, 55, 0, 0, None, 1, 248, 0, 0),
+    ("bedrock_invoke_titan_length", "compatible", "bedrock_invoke", "amazon.titan-tg1-large", "incomplete", "LENGTH", 18, 51, None, None, None, 0, 296, 0, 0),
+    ("cc_crusoe_vllm_token_ids", "compatible", "chat_completions", "meta-llama/Llama-3.3-70B-Instruct", "completed", "stop", 46, 14, 0, None, None, 1, 13, 0, 0),
+    ("cc_openai_moderation", "openai", "chat_completions", "gpt-5-2025-08-07", "completed", "stop", 13, 11, 0, None, 0, 1, 6, 0, 0),
+    ("cohere_v2_text", "compatible", "cohere_chat", "command", "completed", "COMPLETE", 7, 109, None, None, None, 2, 383, 0, 0),
+    ("cohere_v2_tool_calls", "compatible", "cohere_chat", "command-r", "completed", "TOOL_CALL", 62, 28, None, None, None, 1, 0, 56, 2),
+    ("gemini_tool_call_thought_signature", "compatible", "gemini", "gemini-3-pro-preview", "completed", "STOP", 29, 212, None, None, 202, 0, 0, 0, 1),
+    ("mistral_magistral_thinking", "compatible", "chat_completions", "magistral-medium-latest", "completed", "stop", 10, 232, None, None, None, 2, 607, 421, 0),
+    ("msg_compaction", "anthropic", "messages", "claude-sonnet-4-6", "completed", "end_turn", 181, 8, 0, 0, None, 3, 8, 0, 0),
+    ("msg_mcp_tool_use", "anthropic", "messages", "claude-sonnet-4-5-20250929", "completed", "end_turn", 3042, 354, 0, 0, None, 2, 806, 192, 0),
+    ("ollama_chat_llama3", "compatible", "ollama", "llama3", "completed", "stop", 17, 50, None, None, None, 0, 212, 0, 0),
+    ("ollama_generate_llama3", "compatible", "ollama", "llama3", "completed", "stop", 17, 71, None, None, None, 0, 291, 0, 0),
+    ("resp_bedrock_mantle_function_call", "compatible", "responses", "openai.gpt-5.6-luna", "completed", "completed", 88, 14, 0, None, 0, 3, 0, 0, 1),
+    ("resp_bedrock_mantle_text", "compatible", "responses", "openai.gpt-5.6-luna", "completed", "completed", 158, 32, 0, None, 10, 6, 70, 0, 0),
+    ("vertex_flex_thought_tokens", "vertex", "gemini", "gemini-3-flash-preview", "completed", "STOP", 5, 101, None, None, 100, 0, 2, 0, 0),
 ]
 # fmt: on
 
 
 def analyse(stream: RealStream, profile: str | None = None) -> Analysis:
     """The stream fed as stored events, event i at i ms, under its host's profile."""
-    parser = SseParser()
-    events = parser.feed(stream.body) + parser.close()
     an = Analyzer(
         method=stream.meta["request_method"],
         path=stream.meta["request_path"],
         request_body=stream.request_body or None,
         profile=profile or profile_for(stream.host),
     )
-    for i, ev in enumerate(events):
-        an.feed(i, i * 1000, ev.event, ev.data)
-    return an.finish(status=200, state="completed", response_content_type="text/event-stream")
+    for i, frame in enumerate(stream.frames()):
+        an.feed_row(i, i * 1000, frame.type, frame.data, frame.raw)
+    ctype = stream.meta["response_headers"].get("content-type")
+    return an.finish(status=200, state="completed", response_content_type=ctype)
 
 
 def test_the_table_covers_the_whole_corpus() -> None:
     assert sorted(row[0] for row in EXPECTED) == sorted(s.name for s in real_streams())
-    assert len(EXPECTED) == 44
+    assert len(EXPECTED) == 67
 
 
 @pytest.mark.parametrize("row", EXPECTED, ids=[row[0] for row in EXPECTED])
@@ -159,8 +192,15 @@ def test_chat_text_is_choice_zeros_content(name: str) -> None:
             continue
         for choice in orjson.loads(ev.data).get("choices") or []:
             if choice.get("index", 0) == 0:
-                content.append((choice.get("delta") or {}).get("content") or "")
+                content.append(_text_of((choice.get("delta") or {}).get("content")))
     assert analyse(stream).output_text == "".join(content)
+
+
+def _text_of(content: object) -> str:
+    """A delta's content: a string, or (Mistral) a list of typed parts whose text parts count."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return content if isinstance(content, str) else ""
 
 
 def test_the_seed_profile_still_says_what_the_seeds_say() -> None:

@@ -1,4 +1,4 @@
-"""The 44 real provider streams priced as genai-prices prices them.
+"""The real provider streams priced as genai-prices prices them.
 
 The expected figure is genai-prices' own: its extractor for the provider and API (its reading
 of the provider's documented usage object, taken from the stream as the provider sent it), then
@@ -8,6 +8,7 @@ the stream (api, model, token counts) through :class:`PriceBook`.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 from typing import Any
 
@@ -17,24 +18,33 @@ import pytest
 
 from ssetape.cost.price import to_nusd
 from ssetape.cost.price_book import PriceBook, PriceQuery
-from ssetape.sse import SseParser
 from tests.corpus import RealStream, real_streams
 from tests.ssetape.analysis.test_real_streams import analyse
 
 AT = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
-FLAVOR = {"chat_completions": "chat", "responses": "responses", "messages": "default"}
+FLAVOR = {
+    "chat_completions": "chat",
+    "responses": "responses",
+    "messages": "default",
+    "bedrock_converse": "default",
+    "gemini": "default",
+    "cohere_chat": "default",
+}
 
 
 def _objects(stream: RealStream) -> list[tuple[str | None, dict[str, Any]]]:
-    parser = SseParser()
+    """Each frame's JSON (a Bedrock invoke chunk's: the model's own object inside)."""
     out = []
-    for ev in parser.feed(stream.body) + parser.close():
+    for frame in stream.frames():
         try:
-            obj = orjson.loads(ev.data)
-        except orjson.JSONDecodeError:  # [DONE]
+            obj = orjson.loads(frame.data or "")
+        except orjson.JSONDecodeError:  # [DONE], comments
             continue
+        if isinstance(obj, dict) and frame.type == "chunk" and isinstance(obj.get("bytes"), str):
+            obj = orjson.loads(base64.b64decode(obj["bytes"]))
         if isinstance(obj, dict):
-            out.append((ev.event, obj))
+            event = frame.type if frame.type != "chunk" else None
+            out.append((event, obj))
     return out
 
 
@@ -60,6 +70,15 @@ def _response_data(stream: RealStream) -> dict[str, Any] | None:
         elif kind == "message_delta" and found is not None:
             said = obj.get("usage") or {}
             found["usage"].update({k: v for k, v in said.items() if v is not None})
+        elif api in ("bedrock_converse", "bedrock_invoke"):
+            # ConverseStream's metadata event (Nova's invoke chunk holds one too).
+            usage = (obj if kind == "metadata" else obj.get("metadata") or {}).get("usage")
+            if isinstance(usage, dict):
+                found = {"usage": usage}
+        elif api == "gemini" and isinstance(obj.get("usageMetadata"), dict):
+            found = {"usageMetadata": obj["usageMetadata"]}
+        elif api == "cohere_chat" and kind == "message-end":
+            found = {"usage": obj["delta"]["usage"]}
     return found
 
 
@@ -73,9 +92,16 @@ def _genai_prices_own(stream: RealStream, model: str | None) -> int | None:
     try:
         provider = snapshot.find_provider(model, None, url)
     except LookupError:
-        return None
+        # A host this release does not know (older releases lack api.cohere.com): the model's
+        # maker, as PriceBook falls back to.
+        try:
+            provider = snapshot.find_provider(model, None, None)
+        except LookupError:
+            return None
     flavors = {e.api_flavor for e in provider.extractors or []}
-    flavor = FLAVOR[stream.meta["api"]]
+    flavor = FLAVOR.get(stream.meta["api"], "default")
+    if stream.meta["api"] == "bedrock_invoke" and "model" in data:
+        flavor = "anthropic"  # Anthropic's own stream inside Bedrock's chunks
     # A provider serving OpenAI's Responses API (DeepSeek, OpenRouter) whose data has no
     # extractor for it: the usage object is OpenAI's, read by OpenAI's extractor.
     reader = provider
@@ -87,7 +113,7 @@ def _genai_prices_own(stream: RealStream, model: str | None) -> int | None:
     try:
         _, usage = reader.extract_usage(data, api_flavor=flavor)
         calc = genai_prices.calc_price(
-            usage, model, provider_api_url=url, genai_request_timestamp=AT
+            usage, model, provider_id=provider.id, genai_request_timestamp=AT
         )
     except LookupError:
         return None
@@ -105,8 +131,17 @@ def _ours(stream: RealStream) -> tuple[int | None, str | None]:
     return price.nusd, price.note
 
 
+def _reads_bedrock_cache() -> bool:
+    """Whether this release's Bedrock extractor reads ``cacheReadInputTokens`` (0.0.61, the
+    last for Python 3.11, ignores it: a cache read would be billed at nothing)."""
+    aws = genai_prices.data_snapshot.get_snapshot().find_provider(None, "aws", None)
+    return any(m.path == "cacheReadInputTokens" for e in aws.extractors or [] for m in e.mappings)
+
+
 @pytest.mark.parametrize("stream", real_streams(), ids=lambda s: s.name)
 def test_a_real_stream_costs_what_genai_prices_says(stream: RealStream) -> None:
+    if stream.name == "bedrock_converse_cache_read" and not _reads_bedrock_cache():
+        pytest.skip(f"genai-prices {genai_prices.__version__} does not read Bedrock's cache counts")
     want = _genai_prices_own(stream, analyse(stream).model)
     got, note = _ours(stream)
     assert got == want, (stream.name, note)

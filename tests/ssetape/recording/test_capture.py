@@ -3,6 +3,7 @@ from __future__ import annotations
 import gzip
 import zlib
 
+from ssetape.framing.framings import Framing
 from ssetape.recording.capture import Capture
 from tests.ssetape.recording.sink import Sink
 
@@ -11,7 +12,7 @@ STREAM = b'data: {"a":1}\n\n: keep-alive\n\ndata: {"a":2}\n\ndata: [DONE]\n\n'
 
 def test_events_get_the_offset_of_the_chunk_that_completed_them() -> None:
     sink = Sink()
-    cap = Capture("u", sink, sse=True)
+    cap = Capture("u", sink, framing=Framing.SSE)
     for i, piece in enumerate([STREAM[:5], STREAM[5:20], STREAM[20:]]):
         cap.feed(piece, 10_000 * (i + 1))
     cap.close(40_000)
@@ -27,7 +28,7 @@ def test_gzip_is_decoded_for_parsing_and_wire_chunks_are_kept() -> None:
     wire.append(co.flush())
     assert gzip.decompress(b"".join(wire)) == STREAM
     sink = Sink()
-    cap = Capture("u", sink, sse=True, encoding="gzip")
+    cap = Capture("u", sink, framing=Framing.SSE, encoding="gzip")
     for w in wire:
         cap.feed(w, 1)
     cap.close(2)
@@ -37,7 +38,7 @@ def test_gzip_is_decoded_for_parsing_and_wire_chunks_are_kept() -> None:
 
 def test_a_broken_stream_is_reported_not_raised() -> None:
     sink = Sink()
-    cap = Capture("u", sink, sse=True, encoding="gzip")
+    cap = Capture("u", sink, framing=Framing.SSE, encoding="gzip")
     cap.feed(b"this is not gzip at all", 1)
     cap.feed(b"more", 2)
     assert cap.error is not None and "capture failed" in cap.error
@@ -45,14 +46,14 @@ def test_a_broken_stream_is_reported_not_raised() -> None:
 
 
 def test_unknown_encoding_is_reported_not_raised() -> None:
-    cap = Capture("u", Sink(), sse=True, encoding="snappy")
+    cap = Capture("u", Sink(), framing=Framing.SSE, encoding="snappy")
     cap.feed(b"data: x\n\n", 1)
     assert cap.error is not None and "snappy" in cap.error
 
 
 def test_non_sse_stream_keeps_chunks_as_records() -> None:
     sink = Sink()
-    cap = Capture("u", sink, sse=False)
+    cap = Capture("u", sink, framing=Framing.CHUNKS)
     cap.feed(b'{"a":1}\n', 1)
     cap.feed(b'{"b":2}\n', 2)
     cap.close(3)
@@ -64,7 +65,7 @@ def test_after_a_gap_capture_resumes_at_the_next_event() -> None:
     """Chunks the proxy had to drop (the recording process fell behind) leave a hole: the
     event it cut is lost, the ones after it are captured whole."""
     sink = Sink()
-    cap = Capture("u", sink, sse=True)
+    cap = Capture("u", sink, framing=Framing.SSE)
     cap.feed(b"data: 1\n\ndata: 2 starts", 1)
     cap.gap(100, b"..2 continues")  # the dropped bytes ended mid-event
     cap.feed(b" and ends\n\ndata: 3\n\n", 3)
@@ -84,7 +85,7 @@ def test_a_gap_in_a_compressed_stream_ends_its_capture() -> None:
     co = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
     wire = co.compress(STREAM) + co.flush()
     sink = Sink()
-    cap = Capture("u", sink, sse=True, encoding="gzip")
+    cap = Capture("u", sink, framing=Framing.SSE, encoding="gzip")
     cap.feed(wire[:10], 1)
     cap.gap(5, wire[10:15])
     cap.feed(wire[15:], 2)
@@ -93,7 +94,7 @@ def test_a_gap_in_a_compressed_stream_ends_its_capture() -> None:
 
 def test_an_event_over_the_bound_is_not_kept_and_capture_goes_on() -> None:
     sink = Sink()
-    cap = Capture("u", sink, sse=True, max_event=1 << 20)
+    cap = Capture("u", sink, framing=Framing.SSE, max_event=1 << 20)
     cap.feed(b"data: 1\n\n", 1)
     for i in range(10):  # a 10 MiB line that never ends
         cap.feed(b"x" * (1 << 20), 2 + i)
@@ -107,7 +108,7 @@ def test_an_event_over_the_bound_is_not_kept_and_capture_goes_on() -> None:
 
 def test_an_event_over_the_bound_that_arrives_whole_is_not_kept_either() -> None:
     sink = Sink()
-    cap = Capture("u", sink, sse=True, max_event=1024)
+    cap = Capture("u", sink, framing=Framing.SSE, max_event=1024)
     cap.feed(b"data: 1\n\ndata: " + b"x" * 2000 + b"\n\ndata: 3\n\n", 1)
     cap.feed(b"data: " + b"y" * 600, 2)  # over the bound only once it completes
     cap.feed(b"y" * 600 + b"\n\ndata: 5\n\n", 3)
@@ -123,7 +124,9 @@ def test_a_decompression_bomb_is_decoded_only_to_the_bound() -> None:
     head = co.compress(b"data: 1\n\n") + co.flush(zlib.Z_SYNC_FLUSH)
     bomb = b"".join(co.compress(bytes(1 << 20)) for _ in range(256)) + co.flush()  # 256 MiB
     sink = Sink()
-    cap = Capture("u", sink, sse=True, encoding="gzip", max_event=1 << 20, max_decoded=8 << 20)
+    cap = Capture(
+        "u", sink, framing=Framing.SSE, encoding="gzip", max_event=1 << 20, max_decoded=8 << 20
+    )
     cap.feed(head, 1)
     for i in range(0, len(bomb), 4096):
         cap.feed(bomb[i : i + 4096], 2)

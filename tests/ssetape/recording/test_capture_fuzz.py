@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ssetape.framing.framings import Framing
 from ssetape.recording.capture import Capture
 from tests.ssetape.recording.sink import Sink
 
@@ -55,10 +56,16 @@ def quiet_capture() -> None:
 
 
 @FUZZ
-@given(body=bodies, cuts=st.lists(st.integers(min_value=0), max_size=30), sse=st.booleans())
-def test_any_bytes_any_chunking_pass_unchanged(body: bytes, cuts: list[int], sse: bool) -> None:
+@given(
+    body=bodies,
+    cuts=st.lists(st.integers(min_value=0), max_size=30),
+    framing=st.sampled_from(Framing),
+)
+def test_any_bytes_any_chunking_pass_unchanged(
+    body: bytes, cuts: list[int], framing: Framing
+) -> None:
     sink = Sink()
-    cap = Capture("u", sink, sse=sse)
+    cap = Capture("u", sink, framing=framing)
     feed(cap, chunked(body, cuts))
     assert cap.error is None  # identity streams never fail, whatever the bytes
     assert sink.raw() == body  # every byte is in exactly one event
@@ -134,7 +141,7 @@ def test_encoded_streams_broken_or_not_pass_unchanged(
     if truncate is not None:
         del wire[truncate % len(wire) :]
     sink = Sink()
-    cap = Capture("u", sink, sse=True, encoding=encoding if label is None else label)
+    cap = Capture("u", sink, framing=Framing.SSE, encoding=encoding if label is None else label)
     chunks = chunked(bytes(wire), cuts)
     feed(cap, chunks)
     # Wire chunks are kept as they came, up to where capture gave up (if it did).
@@ -161,7 +168,7 @@ def test_a_failing_sink_never_touches_the_bytes(
 ) -> None:
     wire = ENCODERS["gzip"](body, []) if encoding else body
     sink = Sink(fail_at=fail_at)
-    cap = Capture("u", sink, sse=True, encoding=encoding)
+    cap = Capture("u", sink, framing=Framing.SSE, encoding=encoding)
     feed(cap, chunked(wire, cuts))
     if sink.calls >= fail_at:
         assert cap.error is not None and "sink exploded" in cap.error
@@ -181,9 +188,9 @@ def test_after_dropped_chunks_every_event_captured_was_sent(
 ) -> None:
     """Whatever the proxy had to drop, no event is made up and none reordered."""
     sent = Sink()
-    full = Capture("u", sent, sse=True)
+    full = Capture("u", sent, framing=Framing.SSE)
     sink = Sink()
-    cap = Capture("u", sink, sse=True)
+    cap = Capture("u", sink, framing=Framing.SSE)
     chunks = chunked(body, cuts)
     for i, chunk in enumerate(chunks):
         full.feed(chunk, i)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ssetape.framing.framings import Framing
 from ssetape.recording.link import RecordLink
 from ssetape.recording.worker import FELL_BEHIND
 from ssetape.storage.runs import Runs
@@ -47,7 +48,7 @@ def exchange(uid: str) -> dict[str, Any]:
 def stream(link: RecordLink, uid: str) -> None:
     link.begin(uid, exchange(uid))
     link.update(uid, {"status": 200, "is_stream": True})
-    link.stream(uid, sse=True, encoding="")
+    link.stream(uid, framing=Framing.SSE, encoding="")
 
 
 def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> None:

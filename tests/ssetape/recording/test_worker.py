@@ -43,7 +43,7 @@ def test_an_unknown_message_is_logged_once_and_the_rest_is_stored(
             (BEGIN, "u1", fields()),
             ("zz", "u1", 1),  # type: ignore[list-item]  # from a newer proxy, say
             (UPDATE, "u1", {"status": 200, "is_stream": True}),
-            (STREAM, "u1", True, "", 1 << 20, 1 << 20),
+            (STREAM, "u1", "sse", "", 1 << 20, 1 << 20),
             (CHUNK, "u1", 1000, b"data: 1\n\ndata: 2\n\n"),
             ("zz", "u1", 2),  # type: ignore[list-item]
             (FINISH, "u1", 2000, {"state": "completed", "error": None}),

@@ -75,6 +75,9 @@ def chat_delta(tally: Tally, delta: dict[str, Any]) -> bool:
             if isinstance(value, str):
                 tally.text.append(value)
                 content = True
+            elif isinstance(value, list):
+                # Mistral (Magistral) sends typed parts: text, and thinking holding text parts.
+                content = _parts(tally, value) or content
         elif key == "refusal":
             if isinstance(value, str):
                 tally.refusal.append(value)
@@ -87,13 +90,48 @@ def chat_delta(tally: Tally, delta: dict[str, Any]) -> bool:
         elif key == "tool_calls":
             for position, call in enumerate(value if isinstance(value, list) else ()):
                 if isinstance(call, dict):
-                    # Stream deltas name their call by index; a message lists calls in order.
-                    index = call.get("index", position)
-                    slot = ("tool", index if isinstance(index, int) else position)
+                    slot = _slot(tally, call, position)
                     content = _call(tally, slot, call, as_dict(call.get("function"))) or content
         elif key == "function_call" and isinstance(value, dict):
             content = _call(tally, ("function_call", 0), {}, value) or content
     return content
+
+
+def _parts(tally: Tally, parts: list[Any]) -> bool:
+    """Content sent as a list of typed parts; True when one carried text."""
+    content = False
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
+            tally.text.append(part["text"])
+            content = True
+        elif kind == "thinking":
+            thinking = part.get("thinking")
+            pieces = thinking if isinstance(thinking, list) else [{"text": thinking}]
+            for piece in pieces:
+                text = as_dict(piece).get("text")
+                if isinstance(text, str) and text:
+                    tally.reasoning.append(text)
+                    content = True
+    return content
+
+
+def _slot(tally: Tally, call: dict[str, Any], position: int) -> object:
+    """The key of a tool call delta. Stream deltas name their call by index; Mistral sends
+    each call whole with an id and no index, so the id names it; a message lists calls in
+    order (their position)."""
+    index = call.get("index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return ("tool", index)
+    call_id = call.get("id")
+    if isinstance(call_id, str) and call_id:
+        return ("tool_id", call_id)
+    last = next(reversed(tally.tools), None)
+    if isinstance(last, tuple) and last[0] == "tool_id":
+        return last  # a later piece of the call that named itself by id
+    return ("tool", position)
 
 
 def _call(tally: Tally, key: object, call: dict[str, Any], fn: dict[str, Any]) -> bool:

@@ -16,18 +16,26 @@ finishReason -> outcome, after the google-genai SDK's ``FinishReason`` enum:
 * STOP, OTHER, FINISH_REASON_UNSPECIFIED, and values unknown here -> completed (as the other
   APIs' unknown stop reasons: the model ended its answer);
 * MAX_TOKENS -> incomplete;
-* SAFETY, RECITATION, LANGUAGE, BLOCKLIST, PROHIBITED_CONTENT, SPII, IMAGE_SAFETY,
-  IMAGE_PROHIBITED_CONTENT, IMAGE_RECITATION -> refused (a filter or policy stopped it);
+* SAFETY, RECITATION, LANGUAGE, BLOCKLIST, PROHIBITED_CONTENT, SPII, MODEL_ARMOR (Vertex),
+  IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT, IMAGE_RECITATION -> refused (a filter or policy
+  stopped it);
 * MALFORMED_FUNCTION_CALL, UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS,
   MISSING_THOUGHT_SIGNATURE, NO_IMAGE, IMAGE_OTHER -> error (the generation failed).
 
 The reason is always the finishReason itself. A ``promptFeedback.blockReason`` is refused with
 that reason; an ``{"error": {code, message, status}}`` object is an error labelled by its
 ``status`` (else code, else message).
+
+Vertex AI's REST clients ask for enums as numbers (``"finishReason": 1``): a number is read as
+the name the profile gives it (Vertex's numbering under its profile, else only the values the
+Google protos share), an unknown one as ``FINISH_REASON_<n>`` / ``BLOCKED_REASON_<n>``.
+Vertex also sends ``usageMetadata`` holding no count on intermediate chunks (only
+``trafficType``); a usage object is read only for the counts it holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -53,6 +61,7 @@ FINISH: dict[str, Outcome] = {
             "BLOCKLIST",
             "PROHIBITED_CONTENT",
             "SPII",
+            "MODEL_ARMOR",
             "IMAGE_SAFETY",
             "IMAGE_PROHIBITED_CONTENT",
             "IMAGE_RECITATION",
@@ -71,6 +80,15 @@ FINISH: dict[str, Outcome] = {
         Outcome.ERROR,
     ),
 }
+
+# The usage fields that are counts: a usage object with none of them tells nothing.
+_COUNTS = (
+    "promptTokenCount",
+    "candidatesTokenCount",
+    "totalTokenCount",
+    "thoughtsTokenCount",
+    "cachedContentTokenCount",
+)
 
 
 def error_reason(err: object) -> str:
@@ -108,19 +126,39 @@ def _response(tally: Tally, obj: dict[str, Any]) -> bool:
         if not isinstance(candidate, dict) or candidate.get("index", 0) != 0:
             continue
         content = _parts(tally, as_dict(candidate.get("content")).get("parts")) or content
-        finish = candidate.get("finishReason") or finish
+        finish = (
+            _enum(candidate.get("finishReason"), tally.profile.gemini_finish_codes, "FINISH_REASON")
+            or finish
+        )
     if isinstance(finish, str) and tally.outcome is None:
         tally.outcome = FINISH.get(finish, Outcome.COMPLETED)
         tally.reason = finish
         tally.finished = True
-    block = as_dict(obj.get("promptFeedback")).get("blockReason")
-    if isinstance(block, str) and block and tally.outcome is None:
+    block = _enum(
+        as_dict(obj.get("promptFeedback")).get("blockReason"),
+        tally.profile.gemini_block_codes,
+        "BLOCKED_REASON",
+    )
+    if block and tally.outcome is None:
         # The prompt was refused before any candidate: this response is the whole answer.
         tally.outcome, tally.reason, tally.finished = Outcome.REFUSED, block, True
     return content
 
 
+def _enum(value: object, names: Mapping[int, str], prefix: str) -> str | None:
+    """An enum field as its name: a string as sent, a number (Vertex's int encoding) by
+    ``names``; anything else (absent, null, empty) is no value."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return names.get(value) or f"{prefix}_{value}"
+    return None
+
+
 def _usage(tally: Tally, usage: dict[str, Any]) -> None:
+    if not any(as_count(usage.get(key)) is not None for key in _COUNTS):
+        # Vertex's intermediate chunks carry {"trafficType": ...} only: no counts to read.
+        return
     candidates = usage.get("candidatesTokenCount")
     thoughts = usage.get("thoughtsTokenCount")
     # Gemini's candidatesTokenCount excludes the thinking tokens, while output_tokens includes

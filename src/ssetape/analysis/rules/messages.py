@@ -40,18 +40,24 @@ _STOP = {
     "max_tokens": Outcome.INCOMPLETE,
     "model_context_window_exceeded": Outcome.INCOMPLETE,
     "refusal": Outcome.REFUSED,
+    # Paused after compacting the context (pause_after_compaction): the client resends.
+    "compaction": Outcome.INCOMPLETE,
 }
 # delta type -> (field holding the value, where it goes); a signature or a citation is no
-# content. Which types a provider sends is its profile's ``messages_deltas``.
+# content. A compaction summary is generated (so content, for TTFT) but neither the answer nor
+# its reasoning. Which types a provider sends is its profile's ``messages_deltas``.
 _DELTAS = {
     "text_delta": ("text", "text"),
     "thinking_delta": ("thinking", "reasoning"),
     "input_json_delta": ("partial_json", "tool"),
     "signature_delta": ("signature", ""),
     "citations_delta": ("citation", ""),
+    "compaction_delta": ("content", "summary"),
 }
 # Blocks whose input the provider runs itself (server tools: web search, code execution,
-# tool search, web fetch; MCP connectors): the model wrote it, but the client owes no answer.
+# tool search, web fetch, the advisor; MCP connectors, and any later ``*_tool_use``): the model
+# wrote it, but the client owes no answer. Their ``*_tool_result`` blocks, compaction and other
+# block types carry nothing read here and pass without a finding.
 _SERVER_USE = frozenset({"server_tool_use", "mcp_tool_use"})
 
 
@@ -75,6 +81,8 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
             tally.text.append(value)
         elif target == "reasoning":
             tally.reasoning.append(value)
+        elif target == "summary":
+            pass
         elif (block := _block_key(ev)) not in tally.server_blocks:
             tally.tool(block).parts.append(value)
         return True
@@ -93,7 +101,9 @@ def event(tally: Tally, seq: int, kind: str | None, ev: dict[str, Any]) -> bool:
         if isinstance(stop, str):
             tally.stop_reason = stop
         usage = as_dict(ev.get("usage"))
-        # Cumulative counts: the last one is the total.
+        # Cumulative counts: the last one is the total. ``usage.iterations`` (compaction, the
+        # advisor's model) itemises sampling steps; only the top-level counts are read, so
+        # nothing is counted twice.
         tally.usage(usage.get("input_tokens"), usage.get("output_tokens"), None)
         _cache(tally, usage)
     elif kind == "message_stop":
@@ -127,7 +137,7 @@ def _block_start(tally: Tally, ev: dict[str, Any]) -> None:
         entry.id, entry.name = as_str(block.get("id")), as_str(block.get("name"))
         if isinstance(block.get("input"), dict) and block["input"]:
             entry.final = orjson.dumps(block["input"]).decode()
-    elif kind in _SERVER_USE:
+    elif isinstance(kind, str) and (kind in _SERVER_USE or kind.endswith("_tool_use")):
         tally.server_blocks.add(_block_key(ev))
 
 

@@ -1,0 +1,1 @@
+"""Stream framings: SSE (:mod:`ssetape.sse`), AWS event streams and NDJSON, by content type."""
