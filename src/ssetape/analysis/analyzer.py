@@ -254,6 +254,7 @@ class Analyzer:
             tally.usage_requested
             and not (http_error or body_read or tally.usage_seen)
             and state == ExchangeState.COMPLETED
+            and outcome != Outcome.ERROR  # a failed stream owes no usage
         ):
             detail = f"{tally.usage_requested} was requested but no usage chunk arrived."
             extra.append(Finding(FindingCode.USAGE_MISSING, None, detail))

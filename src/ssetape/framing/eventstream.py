@@ -27,7 +27,14 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_MAX_FRAME", "EventStreamParser", "Frame", "decode_headers"]
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "EventStreamParser",
+    "Frame",
+    "FrameCounter",
+    "decode_headers",
+    "encode_frame",
+]
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 _PRELUDE = 12
@@ -91,6 +98,20 @@ def decode_headers(block: bytes) -> dict[str, object]:
 
 # Stands for a frame over the size bound, in order among the frames returned: no bytes.
 _PASSED_OVER = Frame(b"", None, None)
+
+
+def encode_frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """One frame with string headers, as AWS writes it (for replayed faults and tests)."""
+    block = b"".join(
+        bytes([len(name)]) + name.encode() + b"\x07" + len(value.encode()).to_bytes(2, "big")
+        + value.encode()
+        for name, value in headers.items()
+    )  # fmt: skip
+    total = _MIN_FRAME + len(block) + len(payload)
+    head = struct.pack(">II", total, len(block))
+    head += struct.pack(">I", zlib.crc32(head))
+    body = head + block + payload
+    return body + struct.pack(">I", zlib.crc32(body))
 
 
 class EventStreamParser:

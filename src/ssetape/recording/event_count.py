@@ -11,6 +11,8 @@ reports those itself while it lives).
 
 from __future__ import annotations
 
+import re
+
 from ssetape.framing.eventstream import FrameCounter
 from ssetape.framing.framings import Framing
 
@@ -19,6 +21,7 @@ __all__ = ["EventCount"]
 _SSE, _OTHER, _ENCODED, _NDJSON, _FRAMES = range(5)
 _KINDS = {Framing.SSE: _SSE, Framing.NDJSON: _NDJSON, Framing.EVENTSTREAM: _FRAMES}
 _ENDS = (b"\r\n\r\n", b"\n\n", b"\r\r")  # as capture splits events
+_START = b"\r\n"
 
 
 class EventCount:
@@ -48,12 +51,18 @@ class EventCount:
             return self._counters[uid].feed(data)
         if kind != _SSE:
             return 1 if kind == _OTHER and data else 0
-        tail = self._tails.get(uid, b"")
+        if not data:
+            return 0
+        # The stream's start counts as a line end: an empty line there is an event of its own.
+        tail = self._tails.get(uid, _START)
         joined = tail + data[:3]
-        # Terminators inside this chunk, plus one that starts in the last chunk's tail.
-        n = _ends(data) + _ends(joined) - _ends(tail) - _ends(data[:3])
+        sep = _style(joined) or _style(data)
         self._tails[uid] = (tail + data)[-3:]
-        return max(n, 0)
+        if sep is None:
+            return 0
+        # Blank lines inside this chunk, plus those that start in the last chunk's tail.
+        reach = len(sep) - 1
+        return _blank_lines(data, sep) + _blank_lines(tail[-reach:] + data[:reach], sep)
 
     def end(self, uid: str) -> int:
         """The stream is over: 1 for a last SSE event that had no blank line after it."""
@@ -69,10 +78,15 @@ class EventCount:
         return 1
 
 
-def _ends(data: bytes) -> int:
+def _style(data: bytes) -> bytes | None:
     # One line-end style per stream in practice: the first style found counts.
-    for sep in _ENDS:
-        n = data.count(sep)
-        if n:
-            return n
-    return 0
+    return next((sep for sep in _ENDS if sep in data), None)
+
+
+def _blank_lines(data: bytes, sep: bytes) -> int:
+    """Lines that end empty: ``sep`` occurrences, overlapping ones too (each line end after
+    a blank line makes an event of its own, as the parser stores it)."""
+    n = data.count(sep)
+    if not n or sep + sep[: len(sep) // 2] not in data:
+        return n  # no run of three line ends: none overlap
+    return len(re.findall(b"(?=" + re.escape(sep) + b")", data))

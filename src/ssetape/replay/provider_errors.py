@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ssetape.framing.eventstream import encode_frame
+
 __all__ = ["ERRORS", "ProviderErrors", "errors_for"]
 
 OPENAI_FAILURE = "The server had an error while processing your request. Sorry about that!"
@@ -25,6 +27,11 @@ _GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_F
                   429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
                   504: "DEADLINE_EXCEEDED"}  # fmt: skip
 _ANTHROPIC_TYPES = {429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error"}
+# Bedrock's error codes (botocore reads ``__type``), by status.
+_BEDROCK_TYPES = {400: "ValidationException", 403: "AccessDeniedException",
+                  404: "ResourceNotFoundException", 408: "ModelTimeoutException",
+                  429: "ThrottlingException", 500: "InternalServerException",
+                  503: "ServiceUnavailableException"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,52 @@ def _gemini_mid_stream(before: Sequence[bytes]) -> bytes:
     return _sse(obj, None, before)
 
 
+def _bedrock_mid_stream(before: Sequence[bytes]) -> bytes:
+    """An exception frame of the AWS event stream (boto3 raises EventStreamError on it)."""
+    payload = {"message": "The system encountered an unexpected error during processing. "
+               "Try your request again.", "originalStatusCode": 500}  # fmt: skip
+    headers = {
+        ":exception-type": "modelStreamErrorException",
+        ":content-type": "application/json",
+        ":message-type": "exception",
+    }
+    return encode_frame(headers, json.dumps(payload, separators=(",", ":")).encode())
+
+
+def _bedrock_body(status: int) -> dict[str, Any]:
+    kind = _BEDROCK_TYPES.get(status, "InternalServerException" if status >= 500 else
+                              "ValidationException")  # fmt: skip
+    return {"__type": kind, "message": f"{reason(status)} (ssetape fault)"}
+
+
+def _ollama_mid_stream(before: Sequence[bytes]) -> bytes:
+    """Ollama's error line in the NDJSON stream."""
+    return json.dumps({"error": "an error was encountered while running the model"}).encode() + (
+        b"\r\n" if before and before[-1].endswith(b"\r\n") else b"\n"
+    )
+
+
+def _ollama_body(status: int) -> dict[str, Any]:
+    return {"error": f"{reason(status)} (ssetape fault)"}
+
+
+def _cohere_mid_stream(before: Sequence[bytes]) -> bytes:
+    """Cohere v2's ``message-end`` with finish_reason ERROR (the stream's own failure)."""
+    obj = {"type": "message-end", "delta": {"finish_reason": "ERROR"}}
+    return _sse(obj, "message-end", before)
+
+
+def _cohere_body(status: int) -> dict[str, Any]:
+    return {"message": f"{reason(status)} (ssetape fault)"}
+
+
+def _interactions_mid_stream(before: Sequence[bytes]) -> bytes:
+    """The Interactions API's ``error`` event, with a Google error inside."""
+    error = _google_body(500)["error"]
+    obj = {"event_type": "error", "error": {"code": error["status"], "message": error["message"]}}
+    return _sse(obj, "error", before)
+
+
 def _openai_body(status: int) -> dict[str, Any]:
     if status == 429:
         message = "Rate limit reached for requests. Please try again later."
@@ -144,6 +197,11 @@ ERRORS: dict[str, ProviderErrors] = {
     "messages": ProviderErrors(_messages_mid_stream, _anthropic_body),
     "images": ProviderErrors(_images_mid_stream, _openai_body),
     "gemini": ProviderErrors(_gemini_mid_stream, _google_body),
+    "bedrock_converse": ProviderErrors(_bedrock_mid_stream, _bedrock_body),
+    "bedrock_invoke": ProviderErrors(_bedrock_mid_stream, _bedrock_body),
+    "ollama": ProviderErrors(_ollama_mid_stream, _ollama_body),
+    "cohere_chat": ProviderErrors(_cohere_mid_stream, _cohere_body),
+    "interactions": ProviderErrors(_interactions_mid_stream, _google_body),
 }
 
 

@@ -1,13 +1,21 @@
-"""The proxy counts events in relayed bytes as the store will: one per SSE event however the
-chunks split it, one per chunk of other streams, none for an encoded stream."""
+"""The proxy counts events in relayed bytes as the store will: one per SSE event (and per extra
+blank line), NDJSON line or AWS event-stream frame however the chunks split them, one per chunk
+of other streams, none for an encoded stream."""
 
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ssetape.framing.framings import Framing
+from ssetape.recording.capture import Capture
 from ssetape.recording.event_count import EventCount
 from ssetape.sse import SseParser
+from tests.ssetape.recording.sink import Sink
 
 STREAM = b': comment\n\ndata: {"a": "\xc3\xa9"}\n\nevent: x\ndata: 2\n\ndata: last'
 
@@ -38,14 +46,7 @@ def test_other_streams_count_chunks_and_encoded_ones_nothing() -> None:
 
 # Parity with what the store keeps: the rows Capture makes of the same chunks, for every framing,
 # over real bodies cut anywhere (and AWS event streams with damaged bytes).
-import itertools  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from ssetape.recording.capture import Capture  # noqa: E402
-from tests.ssetape.recording.sink import Sink  # noqa: E402
 
 _REAL = Path("tests/data/real_streams")
 _BODIES = {
@@ -121,14 +122,26 @@ def test_ndjson_and_eventstream_count_the_same_however_split(size: int) -> None:
             assert _counted(framing, chunks) == _rows(framing, chunks) == _rows(framing, [body])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the SSE parser stores an extra blank line as a row of its own, EventCount "
-    "does not count it",
-)
 @pytest.mark.parametrize(
     "body",
     [b"\ndata: 1\n\n", b"data: 1\n\n\n\ndata: 2\n\n", b"data: 1\r\n\r\n\r\ndata: 2\r\n\r\n"],
 )
 def test_sse_extra_blank_lines_count_as_the_rows_they_become(body: bytes) -> None:
     assert _counted(Framing.SSE, [body]) == _rows(Framing.SSE, [body])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["data: x", "", ": keep-alive", "event: e", "data: [DONE]"])),
+    newline=st.sampled_from(["\n", "\r\n"]),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+)
+def test_any_run_of_blank_lines_counts_as_the_rows_it_becomes(
+    lines: list[str], newline: str, cuts: list[int]
+) -> None:
+    """Extra blank lines (keep-alives some servers send as bare newlines) are rows of their
+    own: the proxy counts each, however the chunks cut the run."""
+    body = "".join(line + newline for line in lines).encode()
+    points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
+    chunks = [body[a:b] for a, b in itertools.pairwise(points)]
+    assert _counted(Framing.SSE, chunks) == _rows(Framing.SSE, chunks)
