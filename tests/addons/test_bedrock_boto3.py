@@ -5,7 +5,8 @@ other part is real: botocore signs the request and reads the AWS event stream wi
 parser, ssetape records it and plays it back. What boto3 reads through ssetape must be what it
 reads from the capture served directly (what it would have read from AWS), and the store must
 hold one event per frame, as botocore's parser cuts the capture, with the stream's outcome and
-usage.
+usage. Replayed faults must reach boto3 as AWS's own failures would (EventStreamError,
+ClientError ThrottlingException, a body that ends early).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -21,12 +22,15 @@ from urllib.parse import unquote, urlsplit
 import boto3  # type: ignore[import-untyped]
 import httpx
 import orjson
+import pytest
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.eventstream import EventStreamBuffer  # type: ignore[import-untyped]
+from botocore.exceptions import ClientError, EventStreamError  # type: ignore[import-untyped]
+from urllib3.exceptions import ProtocolError
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.storage.store import Store
-from tests.conftest import Proc, self_signed
+from tests.conftest import Proc, self_signed, start_ssetape
 from tests.corpus import PICK, RealStream, answer, by_name, corpus_upstream
 from tests.upstreams import read_request, serving
 
@@ -277,3 +281,104 @@ def test_boto3_through_the_forward_proxy_with_its_ca(
         ("completed", said["stop"]),
     )
     assert got["usage"] == said["usage"]
+
+
+# -- replayed faults: what boto3 does with an outage served from a real recording ----------
+
+
+@pytest.fixture(scope="module")
+def converse_tape(
+    tmp_path_factory: pytest.TempPathFactory, confdir: Path
+) -> Iterator[tuple[str, str, Events]]:
+    """CONVERSE recorded once for the fault tests (each replays it under its own fault): the
+    upstream (up while they run: replay's reverse mode names it), the store, and the events
+    boto3 read from the capture."""
+    stream = by_name(CONVERSE)
+    db = str(tmp_path_factory.mktemp("converse") / "tape.db")
+    with corpus_upstream() as upstream:
+        from_aws = Bedrock(upstream, stream).converse()
+        args = ["--mode", f"reverse:{upstream}", "--db", db, "--port", "0"]
+        rec = start_ssetape(["record", *args, "--confdir", str(confdir)], db=db)
+        try:
+            assert Bedrock(rec.url, stream).converse() == from_aws
+        finally:
+            assert rec.stop() == 0, rec.log.decode()
+        yield upstream, db, from_aws
+
+
+def read_until_failure(events: Iterable[dict[str, Any]]) -> tuple[Events, BaseException | None]:
+    """The events boto3 hands out before the stream fails, and how it fails (None: it ended)."""
+    got: Events = []
+    try:
+        for event in events:
+            got.append(event)
+    except Exception as e:  # what boto3 raises is what the tests check
+        return got, e
+    return got, None
+
+
+def replay_with(
+    ssetape_proc: Callable[..., Proc], tape: tuple[str, str, Events], fault: str
+) -> Bedrock:
+    upstream, db, _ = tape
+    replay = ssetape_proc("replay", "--mode", f"reverse:{upstream}", "--fault", fault, db=db)
+    return Bedrock(replay.url, by_name(CONVERSE))
+
+
+def converse_events(client: Bedrock) -> Iterable[dict[str, Any]]:
+    params = orjson.loads(client.stream.request_body)
+    response = client.client.converse_stream(modelId=model_of(client.stream), **params)
+    return response["stream"]  # type: ignore[no-any-return]
+
+
+def test_boto3_replayed_mid_stream_error_raises_aws_exception(
+    ssetape_proc: Callable[..., Proc], converse_tape: tuple[str, str, Events]
+) -> None:
+    """``error:event=3``: the first 3 recorded events, then Bedrock's exception frame, which
+    botocore's own parser raises as EventStreamError (modelStreamErrorException), as from AWS."""
+    client = replay_with(ssetape_proc, converse_tape, "error:event=3")
+    got, error = read_until_failure(converse_events(client))
+    assert got == converse_tape[2][:3]
+    assert isinstance(error, EventStreamError), repr(error)
+    assert error.response["Error"]["Code"] == "modelStreamErrorException"
+    assert "unexpected error" in error.response["Error"]["Message"]
+    # On the wire (the same request again, under the same fault: no times= applies to all):
+    # the recorded frames' bytes, then one exception frame that ends the body.
+    status, kind, body = client.raw_again(client.client.meta.endpoint_url)
+    head = sum(length for _, length in aws_frames(by_name(CONVERSE))[:3])
+    assert (status, kind, body[:head]) == (200, EVENTSTREAM, by_name(CONVERSE).wire[:head])
+    buffer = EventStreamBuffer()
+    buffer.add_data(body[head:])
+    (frame,) = list(buffer)
+    assert frame.headers[":message-type"] == "exception"
+    assert frame.headers[":exception-type"] == "modelStreamErrorException"
+    assert orjson.loads(frame.payload)["message"] == error.response["Error"]["Message"]
+
+
+def test_boto3_replayed_throttling_then_the_recording(
+    ssetape_proc: Callable[..., Proc], converse_tape: tuple[str, str, Events]
+) -> None:
+    """``status:429,times=1`` with boto3's retries off: ClientError ThrottlingException (the
+    code botocore reads in ``__type``); the next call gets the recorded stream."""
+    client = replay_with(ssetape_proc, converse_tape, "status:429,retry_after=1,times=1")
+    with pytest.raises(ClientError) as caught:
+        converse_events(client)
+    assert not isinstance(caught.value, EventStreamError)
+    assert caught.value.response["Error"]["Code"] == "ThrottlingException"
+    meta = caught.value.response["ResponseMetadata"]
+    assert meta["HTTPStatusCode"] == 429
+    assert meta["HTTPHeaders"]["retry-after"] == "1"
+    assert list(converse_events(client)) == converse_tape[2]
+
+
+def test_boto3_replayed_cut_stream(
+    ssetape_proc: Callable[..., Proc], converse_tape: tuple[str, str, Events]
+) -> None:
+    """``cut:event=3``: the connection drops after 3 whole recorded frames. boto3 hands out
+    those 3 events, then raises what urllib3 raises for a chunked body that stops before its
+    last chunk (botocore does not wrap it): the caller sees the outage, not a short answer."""
+    client = replay_with(ssetape_proc, converse_tape, "cut:event=3")
+    got, error = read_until_failure(converse_events(client))
+    assert got == converse_tape[2][:3]
+    assert isinstance(error, ProtocolError), repr(error)
+    assert "ended prematurely" in str(error)

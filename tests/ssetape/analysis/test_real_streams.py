@@ -19,7 +19,9 @@ stream (Anthropic Messages, Nova's Converse-shaped events, Llama's ``stop_reason
 ``completionReason``); Ollama's last line ``done_reason``, ``prompt_eval_count``/``eval_count``;
 Cohere v2's ``message-end`` ``finish_reason`` with ``usage.billed_units`` (what is billed: ``tokens``
 also counts tokens Cohere adds itself) and ``tool-plan-delta`` as reasoning; Gemini's and
-Vertex's output count includes ``thoughtsTokenCount``, as they bill it. A guardrail that
+Vertex's output count includes ``thoughtsTokenCount`` and their input ``toolUsePromptTokenCount``
+(Interactions: ``total_thought_tokens``, ``total_tool_use_tokens``), as they bill them and as
+their totals sum them. A guardrail that
 intervened (``guardrail_intervened``) withheld or masked the answer: refused.
 """
 
@@ -104,6 +106,12 @@ EXPECTED = [
     ("resp_bedrock_mantle_function_call", "compatible", "responses", "openai.gpt-5.6-luna", "completed", "completed", 88, 14, 0, None, 0, 3, 0, 0, 1),
     ("resp_bedrock_mantle_text", "compatible", "responses", "openai.gpt-5.6-luna", "completed", "completed", 158, 32, 0, None, 10, 6, 70, 0, 0),
     ("vertex_flex_thought_tokens", "vertex", "gemini", "gemini-3-flash-preview", "completed", "STOP", 5, 101, None, None, 100, 0, 2, 0, 0),
+    # Google's Interactions API (steps vocabulary): output adds total_thought_tokens back to
+    # total_output_tokens; requires_action (a function call awaits its result) is completed;
+    # a google_search_call is the server's tool, no call for the client.
+    ("interactions_steps_function_call", "compatible", "interactions", "gemini-2.5-flash", "completed", "requires_action", 53, 80, 0, None, 65, 6, 0, 0, 1),
+    ("interactions_steps_google_search", "compatible", "interactions", "gemini-2.5-flash", "completed", "completed", 220, 1763, 0, None, 1173, 6, 2406, 0, 0),
+    ("interactions_steps_text", "compatible", "interactions", "gemini-2.5-flash", "completed", "completed", 7, 141, 0, None, 115, 6, 91, 0, 0),
 ]
 # fmt: on
 
@@ -124,7 +132,7 @@ def analyse(stream: RealStream, profile: str | None = None) -> Analysis:
 
 def test_the_table_covers_the_whole_corpus() -> None:
     assert sorted(row[0] for row in EXPECTED) == sorted(s.name for s in real_streams())
-    assert len(EXPECTED) == 67
+    assert len(EXPECTED) == 70
 
 
 @pytest.mark.parametrize("row", EXPECTED, ids=[row[0] for row in EXPECTED])

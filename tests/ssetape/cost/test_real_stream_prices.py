@@ -29,6 +29,7 @@ FLAVOR = {
     "bedrock_converse": "default",
     "gemini": "default",
     "cohere_chat": "default",
+    "interactions": "default",
 }
 
 
@@ -79,6 +80,16 @@ def _response_data(stream: RealStream) -> dict[str, Any] | None:
             found = {"usageMetadata": obj["usageMetadata"]}
         elif api == "cohere_chat" and kind == "message-end":
             found = {"usage": obj["delta"]["usage"]}
+        elif api == "interactions" and isinstance(obj.get("interaction"), dict):
+            # The final interaction's usage, in the Gemini names genai-prices reads.
+            usage = obj["interaction"].get("usage") or {}
+            names = {"total_input_tokens": "promptTokenCount",
+                     "total_output_tokens": "candidatesTokenCount",
+                     "total_thought_tokens": "thoughtsTokenCount",
+                     "total_cached_tokens": "cachedContentTokenCount",
+                     "total_tool_use_tokens": "toolUsePromptTokenCount"}  # fmt: skip
+            if usage:
+                found = {"usageMetadata": {g: usage[k] for k, g in names.items() if k in usage}}
     return found
 
 

@@ -88,7 +88,9 @@ _COUNTS = (
     "totalTokenCount",
     "thoughtsTokenCount",
     "cachedContentTokenCount",
+    "toolUsePromptTokenCount",
 )
+_TOOL_USE = "toolUsePromptTokenCount"
 
 
 def error_reason(err: object) -> str:
@@ -166,7 +168,11 @@ def _usage(tally: Tally, usage: dict[str, Any]) -> None:
     # the two are added. proto3 JSON omits zero counts, so either may be missing alone.
     counted, thought = as_count(candidates), as_count(thoughts)
     output = None if counted is None and thought is None else (counted or 0) + (thought or 0)
-    tally.usage(usage.get("promptTokenCount"), output, usage.get("totalTokenCount"))
+    # Input is the prompt plus what tool use (search, code execution) added to it, as billed
+    # and as totalTokenCount sums it: toolUsePromptTokenCount is reported apart.
+    prompt, tool_use = as_count(usage.get("promptTokenCount")), as_count(usage.get(_TOOL_USE))
+    inp = prompt if tool_use is None or prompt is None else prompt + tool_use
+    tally.usage(inp, output, usage.get("totalTokenCount"))
     tally.usage_details(cache_read=usage.get("cachedContentTokenCount"), reasoning=thoughts)
 
 

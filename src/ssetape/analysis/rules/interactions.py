@@ -178,7 +178,13 @@ def _usage(tally: Tally, usage: object) -> None:
     out = as_count(usage.get("total_output_tokens"))
     thought = as_count(usage.get("total_thought_tokens"))
     output = None if out is None and thought is None else (out or 0) + (thought or 0)
-    tally.usage(usage.get("total_input_tokens"), output, usage.get("total_tokens"))
+    # Input with what tool use added (total_tool_use_tokens, reported apart), as billed.
+    inp, tool_use = (
+        as_count(usage.get("total_input_tokens")),
+        as_count(usage.get("total_tool_use_tokens")),
+    )
+    inp = inp if tool_use is None or inp is None else inp + tool_use
+    tally.usage(inp, output, usage.get("total_tokens"))
     searches = None
     grounding = usage.get("grounding_tool_count")
     for tool in grounding if isinstance(grounding, list) else ():

@@ -150,8 +150,9 @@ def test_chat_error_after_the_stream_started() -> None:
     assert a.outcome in ERROR_OUTCOMES
     assert a.output_text == "".join(sim.sc.tokens[:6])
     assert (a.input_tokens, a.output_tokens, a.total_tokens) == (None, None, None)
-    # The error chunk is the terminal: no [DONE] is missing, but the usage asked for is.
-    assert codes(a) == ["usage_missing"]
+    # The error chunk is the terminal: no [DONE] is missing, and a failed stream owes no
+    # usage (the outcome says all there is to say: no usage_missing beside it).
+    assert codes(a) == []
 
 
 def test_chat_error_reason_falls_back_to_type_then_message() -> None:
