@@ -59,3 +59,6 @@ class ApiRules:
     input_excludes_cache: bool = False
     # The model a request path names, for APIs whose bodies do not (Bedrock's /model/{id}/).
     model_of_path: Callable[[str], str | None] | None = None
+    # The provider whose API this is (genai-prices' id), for pricing a call that reached it
+    # through a host genai-prices does not know: Bedrock's model ids are priced as AWS's.
+    vendor: str | None = None

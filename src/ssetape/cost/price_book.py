@@ -7,7 +7,8 @@ gets genai-prices 0.0.x (0.0.62 on needs httpx2, which mitmproxy 11 excludes); 3
 
 Which provider's rates: the one the exchange's URL belongs to (api.openai.com, Azure,
 OpenRouter, ...); for a host genai-prices does not know (a local gateway, a test upstream),
-the provider its profile names, else the provider that makes the model, and the stored
+the provider whose API it spoke (Bedrock's: AWS), else the provider its profile names, else
+the provider that makes the model, and the stored
 ``price_provider`` says which.
 """
 
@@ -70,9 +71,9 @@ class PriceBook:
         self._snapshot = snapshot
         self.version = version
         self._keys = _usage_keys()
-        # (url, profile, model) -> provider: the same few answer nearly every call, and
+        # (url, api, profile, model) -> provider: the same few answer nearly every call, and
         # genai-prices 0.0.x matches each URL against every provider's pattern.
-        self._providers: dict[tuple[str, str | None, str], tuple[str | None, str]] = {}
+        self._providers: dict[tuple[str, str | None, str | None, str], tuple[str | None, str]] = {}
 
     @classmethod
     def bundled(cls) -> PriceBook:
@@ -141,7 +142,7 @@ class PriceBook:
 
     def _provider(self, q: PriceQuery) -> tuple[str | None, str]:
         """The provider whose rates apply, and how it was chosen."""
-        key = (q.url, q.profile, q.model or "")
+        key = (q.url, q.api, q.profile, q.model or "")
         found = self._providers.get(key)
         if found is None:
             if len(self._providers) >= _PROVIDERS_KEPT:  # bounded: hosts and models are input
@@ -151,12 +152,15 @@ class PriceBook:
 
     def _find_provider(self, q: PriceQuery) -> tuple[str | None, str]:
         snap = self._snapshot
+        rules = APIS.get(q.api or "")
+        vendor = rules.vendor if rules is not None else None
         for ref, pid, url, basis in (
             (q.model, None, q.url, "host"),
+            (q.model, vendor, None, "by API"),
             (q.model, q.profile, None, "profile"),
             (q.model, None, None, "by model"),
         ):
-            if basis == "profile" and not q.profile:
+            if pid is None and basis in ("by API", "profile"):
                 continue
             try:
                 return str(snap.find_provider(ref, pid, url).id), basis

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import codecs
+import re
 import secrets
+from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
 import orjson
 
 from ssetape.cost.price import usd
+from ssetape.framing.framings import Framing, framing_of_headers
 from ssetape.http_fields import origin
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.queries import Queries
@@ -103,13 +107,32 @@ def knowledge(x: Exchange, findings: list[Finding]) -> dict[str, Any]:
 JSON_MAX = 1024 * 1024
 
 
-def _cut(data: bytes | None, full: bool) -> tuple[str | None, int | None]:
-    """Text of ``data`` (cut to JSON_MAX unless ``full``), and its size when it was cut."""
+def _cut(data: bytes | None, full: bool) -> tuple[str | dict[str, str] | None, int | None]:
+    """``data`` (cut to JSON_MAX unless ``full``) as text, or as ``{"b64": ...}`` when it is
+    not UTF-8 (an AWS event-stream frame), as cassettes write bytes; and its size when cut."""
     if data is None:
         return None, None
     if full or len(data) <= JSON_MAX:
-        return data.decode("utf-8", "replace"), None
-    return data[:JSON_MAX].decode("utf-8", "replace"), len(data)
+        return _text(data), None
+    return _text(data[:JSON_MAX]), len(data)
+
+
+def _text(data: bytes) -> str | dict[str, str]:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.reason == "unexpected end of data" and e.end == len(data):
+            return data[: e.start].decode("utf-8")  # a character the cut split
+        return {"b64": base64.b64encode(data).decode("ascii")}
+
+
+# What a terminal acts on and orjson leaves as it is (it escapes C0 only): DEL and C1.
+_CONTROLS = re.compile(rb"\x7f|\xc2[\x80-\x9f]")
+
+
+def _escaped(text: bytes) -> bytes:
+    """JSON text with DEL and C1 characters written as \\u escapes (the same JSON)."""
+    return _CONTROLS.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), text)
 
 
 def _event(e: Event, full: bool) -> dict[str, Any]:
@@ -144,7 +167,7 @@ def write_detail(
     and bodies over JSON_MAX are cut (saying so, with their size) unless ``full``.
     ``events_total`` is how many events the store holds for it."""
     request_body, request_size = _cut(x.request_body, full)
-    body: str | None
+    body: str | dict[str, str] | None
     body, body_size = _cut(x.response_body, full)
     streamed = x.response_body is None and x.is_stream and not _encoded(x)
     if streamed and not full:  # the stream as sent, cut: read only as much as is shown
@@ -167,23 +190,42 @@ def write_detail(
     # Written up to the events' empty list, which is filled here.
     head, _, _ = text.rpartition(b"[]")
     before, placeholder, after = head.partition(orjson.dumps(hole))
-    out.write(before)
-    if placeholder:
-        out.write(b'"')
+
+    def write(text: bytes) -> None:
+        out.write(_escaped(text))
+
+    write(before)
+    if placeholder and framing_of_headers(x.response_headers) is Framing.EVENTSTREAM:
+        _write_b64(write, (e.raw for e in queries.events(x.id)))
+        write(after)
+    elif placeholder:
+        write(b'"')
         decode = codecs.getincrementaldecoder("utf-8")("replace")
         for e in queries.events(x.id):
-            out.write(orjson.dumps(decode.decode(e.raw))[1:-1])
-        out.write(orjson.dumps(decode.decode(b"", final=True))[1:-1] + b'"')
-        out.write(after)
+            write(orjson.dumps(decode.decode(e.raw))[1:-1])
+        write(orjson.dumps(decode.decode(b"", final=True))[1:-1] + b'"')
+        write(after)
     sep = b"[\n"
     for e in queries.events(x.id, start=start, stop=stop):
         item = orjson.dumps(_event(e, full), option=orjson.OPT_INDENT_2)
-        out.write(sep + b"    " + item.replace(b"\n", b"\n    "))
+        write(sep + b"    " + item.replace(b"\n", b"\n    "))
         sep = b",\n"
     out.write(b"[]\n}\n" if sep == b"[\n" else b"\n  ]\n}\n")
 
 
-def _stream_head(x: Exchange, queries: Queries) -> tuple[str, int | None]:
+def _write_b64(write: Callable[[bytes], object], pieces: Iterable[bytes]) -> None:
+    """A binary stream as ``{"b64": "..."}``, written a piece at a time."""
+    write(b'{"b64": "')
+    carry = b""
+    for piece in pieces:
+        whole = carry + piece
+        cut = len(whole) - len(whole) % 3
+        write(base64.b64encode(whole[:cut]))
+        carry = whole[cut:]
+    write(base64.b64encode(carry) + b'"}')
+
+
+def _stream_head(x: Exchange, queries: Queries) -> tuple[str | dict[str, str], int | None]:
     """The first JSON_MAX bytes of a stream as sent, and its whole size if that is more."""
     got: list[bytes] = []
     size = 0
@@ -191,8 +233,8 @@ def _stream_head(x: Exchange, queries: Queries) -> tuple[str, int | None]:
         got.append(e.raw)
         size += len(e.raw)
         if size > JSON_MAX:
-            return b"".join(got)[:JSON_MAX].decode("utf-8", "replace"), queries.event_bytes(x.id)
-    return b"".join(got).decode("utf-8", "replace"), None
+            return _text(b"".join(got)[:JSON_MAX]), queries.event_bytes(x.id)
+    return _text(b"".join(got)), None
 
 
 def _encoded(x: Exchange) -> bool:

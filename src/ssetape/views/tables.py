@@ -348,7 +348,8 @@ _NOT_FOR_SESSIONS = frozenset({"ttfb p50/95", "tok/s"})
 def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
     """`ssetape stats` for people: one row per group (see Stats.groups)."""
     t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
-    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=15)
+    # Whole on a wide terminal (Bedrock's model ids share long prefixes); cut when narrow.
+    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=64)
     skip = _NOT_FOR_SESSIONS if by == "session" else _SESSION_ONLY
     columns = [(head, fn) for head, fn in _STATS if head not in skip]
     # Figures keep their width (a cut one would read as another); the group name gives way.

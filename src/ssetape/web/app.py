@@ -133,8 +133,15 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
         found = queries.events_page(x.id, after_seq=seq - 1, limit=1) if x else []
         if not found or found[0].seq != seq:
             return not_found("no such event")
-        # The whole event as it was sent, as plain text: never rendered as a page.
-        return Response(found[0].raw, media_type="text/plain; charset=utf-8")
+        # The whole event as it was sent, as plain text (bytes, when they are not text: an
+        # AWS event-stream frame): never rendered as a page.
+        raw = found[0].raw
+        try:
+            raw.decode("utf-8")
+            media = "text/plain; charset=utf-8"
+        except UnicodeDecodeError:
+            media = "application/octet-stream"
+        return Response(raw, media_type=media)
 
     def timeline(request: Request) -> Response:
         x = exchange_of(request)

@@ -104,6 +104,21 @@ def test_an_unknown_host_is_priced_at_the_makers_rates_and_says_so(price_file: P
     assert price.note == "openai's rates (by model: host unknown)"
 
 
+def test_a_bedrock_call_through_any_host_is_priced_at_aws_rates() -> None:
+    """Bedrock's model ids are AWS's: a call that reached Bedrock through a host genai-prices
+    does not know (a gateway, ssetape's own replay) is priced as AWS bills it, and says so."""
+    at = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+    model = "us.anthropic.claude-3-7-sonnet-20250219-v1:0"
+    book = PriceBook.bundled()
+    on_aws = book.price(PriceQuery("bedrock_converse", model, "https",
+                                   "bedrock-runtime.us-east-1.amazonaws.com", 443, at,
+                                   input_tokens=1000, output_tokens=100))  # fmt: skip
+    local = book.price(PriceQuery("bedrock_converse", model, "http", "gateway.internal", 8080,
+                                  at, input_tokens=1000, output_tokens=100))  # fmt: skip
+    assert on_aws.nusd is not None and local.nusd == on_aws.nusd
+    assert (local.provider, local.note) == ("aws", "aws's rates (by API: host unknown)")
+
+
 def test_anthropic_input_gets_its_cache_counts_back() -> None:
     """Anthropic's input_tokens leave cache reads and writes out; genai-prices' own extractor
     adds them back, and so must the price."""

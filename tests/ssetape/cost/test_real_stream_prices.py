@@ -16,6 +16,7 @@ import genai_prices
 import orjson
 import pytest
 
+from ssetape.analysis.apis import APIS
 from ssetape.cost.price import to_nusd
 from ssetape.cost.price_book import PriceBook, PriceQuery
 from tests.corpus import RealStream, real_streams
@@ -103,12 +104,16 @@ def _genai_prices_own(stream: RealStream, model: str | None) -> int | None:
     try:
         provider = snapshot.find_provider(model, None, url)
     except LookupError:
-        # A host this release does not know (older releases lack api.cohere.com): the model's
-        # maker, as PriceBook falls back to.
+        # A host this release does not know (older releases lack api.cohere.com): the
+        # provider of the API, else the model's maker, as PriceBook falls back to.
+        vendor = APIS[stream.meta["api"]].vendor
         try:
-            provider = snapshot.find_provider(model, None, None)
+            provider = snapshot.find_provider(model, vendor, None)
         except LookupError:
-            return None
+            try:
+                provider = snapshot.find_provider(model, None, None)
+            except LookupError:
+                return None
     flavors = {e.api_flavor for e in provider.extractors or []}
     flavor = FLAVOR.get(stream.meta["api"], "default")
     if stream.meta["api"] == "bedrock_invoke" and "model" in data:

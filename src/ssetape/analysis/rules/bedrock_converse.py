@@ -167,4 +167,5 @@ RULES = ApiRules(
     content_events=frozenset({"contentBlockDelta"}),
     input_excludes_cache=True,
     model_of_path=model_of_path,
+    vendor="aws",
 )

@@ -151,4 +151,5 @@ RULES = ApiRules(
     ),
     content_events=frozenset({"chunk"}),
     model_of_path=model_of_path,
+    vendor="aws",
 )

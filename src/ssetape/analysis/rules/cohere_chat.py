@@ -198,4 +198,5 @@ RULES = ApiRules(
     done=lambda _tally: None,  # the SDK skips it; it says nothing of how the stream ended
     terminal_events=frozenset({"message-end"}),
     content_events=_CONTENT,
+    vendor="cohere",
 )

@@ -268,4 +268,5 @@ RULES = ApiRules(
     array_paths=(":streamGenerateContent",),
     body_array=body_elements,
     error_reason=error_reason,
+    vendor="google",
 )

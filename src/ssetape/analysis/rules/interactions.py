@@ -255,4 +255,5 @@ RULES = ApiRules(
     error_events=frozenset({"error"}),
     payload_kind=payload_kind,
     error_reason=error_reason,
+    vendor="google",
 )
