@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Sequence
 
 from mitmproxy import exceptions, http
 from mitmproxy.addonmanager import Loader
+from mitmproxy.optmanager import OptManager
 
 from ssetape import redactor
 from ssetape.cost.price_book import PriceBook, PriceDataError
+from ssetape.recording.protocol import RetentionPolicy
 from ssetape.redactor import Redactor
+from ssetape.storage.filters import parse_since
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import MAX_SESSION, Header, check_session, session_of
 
@@ -133,3 +137,70 @@ def configured_price_data(value: str, updated: set[str]) -> str | None:
         except PriceDataError as e:
             raise exceptions.OptionsError(f"ssetape_price_data: {e}") from None
     return value
+
+
+def add_retention_options(loader: Loader) -> None:
+    loader.add_option(
+        "ssetape_retain",
+        str,
+        "",
+        "Prune on a schedule the exchanges that started longer ago than this duration "
+        "(30d, 12h, 2w), in the recording process; empty: keep everything.",
+    )
+    loader.add_option(
+        "ssetape_retain_events",
+        str,
+        "",
+        "Prune only the events and wire chunks (the bulk) of exchanges older than this "
+        "duration, keeping their summary rows; shorter than ssetape_retain. Empty: keep them.",
+    )
+    loader.add_option(
+        "ssetape_retain_every",
+        str,
+        "1h",
+        "How often ssetape_retain and ssetape_retain_events prune (the first time a few "
+        "seconds after the recording process starts).",
+    )
+
+
+def duration(option: str, value: str, least: float = 1.0) -> float | None:
+    """A duration option (``30d``, ``12h``, ``90m``, ``2w``; ``--since``'s durations) in
+    seconds, at least ``least``; None when empty; a one-line OptionsError otherwise. A date
+    is refused: a retention window rolls."""
+    text = value.strip()
+    if not text:
+        return None
+    bad = f"{option}: {value!r} is not a duration like 30d, 12h or 90m"
+    try:
+        dt.datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    else:
+        raise exceptions.OptionsError(f"{bad} (a date; the window rolls, give its length)")
+    now = dt.datetime.now(dt.UTC)
+    try:
+        span = (now - parse_since(text, now)).total_seconds()
+    except ValueError:
+        raise exceptions.OptionsError(bad) from None
+    if span < least:
+        raise exceptions.OptionsError(f"{option}: {value!r} is shorter than {least:g} s")
+    return span
+
+
+def configured_retention(options: OptManager) -> RetentionPolicy | None:
+    """The ``ssetape_retain*`` options (of ``ctx.options``) checked: None when both prunes
+    are off."""
+    retain, events = options.ssetape_retain, options.ssetape_retain_events
+    exchanges = duration("ssetape_retain", retain)
+    events_s = duration("ssetape_retain_events", events)
+    every_s = duration("ssetape_retain_every", options.ssetape_retain_every)
+    if exchanges is not None and events_s is not None and events_s >= exchanges:
+        raise exceptions.OptionsError(
+            f"ssetape_retain_events: {events!r} must be shorter than ssetape_retain ({retain!r}): "
+            "older exchanges go whole"
+        )
+    if exchanges is None and events_s is None:
+        return None
+    if every_s is None:
+        raise exceptions.OptionsError("ssetape_retain_every: empty; give a duration like 1h")
+    return RetentionPolicy(exchanges=exchanges, events=events_s, every=every_s)

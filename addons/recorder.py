@@ -23,10 +23,12 @@ from mitmproxy.addonmanager import Loader
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.options import (
     add_price_data_option,
+    add_retention_options,
     add_session_option,
     add_store_options,
     at_least,
     configured_price_data,
+    configured_retention,
     configured_session,
     default_db,
     open_store,
@@ -127,6 +129,7 @@ class Recorder:
             "it counts as failed and is retried; what is queued meanwhile is kept up to "
             "ssetape_max_pending rows.",
         )
+        add_retention_options(loader)
         loader.add_option(
             "ssetape_max_event",
             int,
@@ -180,7 +183,9 @@ class Recorder:
         except ValueError as e:
             raise exceptions.OptionsError(f"ssetape_profile: {e}") from None
         price_data = configured_price_data(ctx.options.ssetape_price_data, updated)
-        if self.store is None or updated & {
+        retention = configured_retention(ctx.options)
+        new_retention = self.link is not None and self.link.retention != retention
+        if new_retention or self.store is None or updated & {
             "ssetape_db", "ssetape_store_timeout", "ssetape_price_data"
         }:  # fmt: skip
             # Opened here too: a bad target is an option error (and the old store stays),
@@ -193,6 +198,7 @@ class Recorder:
                 max_pending=max_pending,
                 deadline=deadline,
                 price_data=price_data,
+                retention=retention,
                 # Beside the replayer, a replay-only session must leave its tape untouched.
                 active="ssetape_record_mode" not in ctx.options,
             )

@@ -72,6 +72,11 @@ def _sqlite_setup(dbapi_conn: Any, busy_ms: int) -> None:
     try:
         # busy_timeout first, so switching to WAL also waits for other processes.
         cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        # On a new, empty store only (older ones: `ssetape prune --vacuum`), where it takes
+        # effect (elsewhere it would still write the header): pages a prune frees are then
+        # given back to the file system as it goes.
+        if cur.execute("PRAGMA page_count").fetchone()[0] == 0:
+            cur.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             _enable_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")

@@ -20,8 +20,11 @@ _AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_since(text: str, now: dt.datetime | None = None) -> dt.datetime:
-    """``1h``/``30m``/``2d`` ago, or an ISO date/datetime (naive means UTC)."""
+def parse_since(
+    text: str, now: dt.datetime | None = None, *, option: str = "--since"
+) -> dt.datetime:
+    """``1h``/``30m``/``2d`` ago, or an ISO date/datetime (naive means UTC); ``option`` names
+    it in the error."""
     now = now or dt.datetime.now(dt.UTC)
     m = _AGO.match(text)
     if m:
@@ -29,13 +32,13 @@ def parse_since(text: str, now: dt.datetime | None = None) -> dt.datetime:
             return now - dt.timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)])
         except (OverflowError, ValueError):  # further back than datetime reaches
             raise ValueError(
-                f"--since {text!r}: too far back (datetimes start at year 1)"
+                f"{option} {text!r}: too far back (datetimes start at year 1)"
             ) from None
     try:
         when = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(
-            f"--since {text!r}: use a duration like 30m, 1h, 2d or a date like 2026-11-01"
+            f"{option} {text!r}: use a duration like 30m, 1h, 2d or a date like 2026-11-01"
         ) from None
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 

@@ -216,6 +216,9 @@ class Exchange(Base):
     price_model: Mapped[str | None] = mapped_column(Str(200))
     price_note: Mapped[str | None] = mapped_column(LongText)
     price_data: Mapped[str | None] = mapped_column(Str(100))
+    # Set by `ssetape prune --events-only`: the summary above stays, the events are gone (and
+    # replay does not serve the exchange).
+    events_pruned_at: Mapped[dt.datetime | None] = mapped_column()
 
     events: Mapped[list[Event]] = relationship(
         back_populates="exchange",

@@ -32,7 +32,7 @@ TABLES = {
     "recorder_runs",
     "alembic_version",
 }
-HEAD = "0006"  # the newest revision in migrations/versions
+HEAD = "0007"  # the newest revision in migrations/versions
 
 
 def revision(store: Store) -> list[str]:

@@ -29,8 +29,7 @@ from ssetape.vocabulary import ExchangeState, Outcome
 
 __all__ = ["MAX_ERROR_BODY", "Analysis", "Analyzer"]
 
-# Bytes of a streamed HTTP error response kept to read its error from (its label is at the top).
-MAX_ERROR_BODY = 64 << 10
+MAX_ERROR_BODY = 64 << 10  # bytes of a streamed HTTP error kept to read its label from
 
 _STATES = frozenset(ExchangeState)
 # How the transport ended, when the stream itself said nothing.

@@ -1,7 +1,9 @@
-"""`ssetape stats` and `ssetape reindex`: answers about what was recorded."""
+"""`ssetape stats`, `ssetape reindex` and `ssetape prune`: answers about what was recorded,
+and what to keep of it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from typing import Any
 
@@ -12,6 +14,7 @@ from rich.progress import Progress
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import GROUP_BY, Stats
 from ssetape.cli.options import (
+    TimeParam,
     db_option,
     filter_options,
     open_db,
@@ -21,6 +24,7 @@ from ssetape.cli.options import (
 )
 from ssetape.cost.price_book import LazyPriceBook
 from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.prune import BATCH_ROWS, Pruner
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from ssetape.views.tables import runs_table, stats_table
@@ -66,7 +70,7 @@ def stats(db: str, by: str | None, as_json: bool, runs: bool, **filters: Any) ->
     if not rows:
         console.print("no exchanges match")
     else:
-        console.print(stats_table(rows, by))
+        console.print(stats_table(rows, by, console.width))
     if losses is not None:
         n = len(losses["runs"])
         if losses["events_lost"] or losses["exchanges_lost"] or losses["store_errors"]:
@@ -101,3 +105,67 @@ def reindex(db: str, stale: bool, profiles: dict[str, str], price_data: str) -> 
     finally:
         store.close()
     click.echo(f"reindexed {done} exchange(s), priced with {knowledge.prices().version}")
+
+
+@click.command()
+@db_option
+@click.option(
+    "--older-than",
+    "cut",
+    type=TimeParam("--older-than"),
+    required=True,
+    help="What started before this goes: 30d, 12h, or a date (2026-11-01).",
+)
+@click.option(
+    "--events-only",
+    is_flag=True,
+    help="Delete only the events and wire chunks (the bulk): each exchange's summary (model, "
+    "usage, outcome, timing, cost, findings) stays as the audit trail.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+@click.option(
+    "--vacuum",
+    is_flag=True,
+    help="SQLite: then rewrite the file to give all free space back (writers wait meanwhile) "
+    "and keep giving it back on later prunes.",
+)
+@click.option(
+    "--batch-rows",
+    type=click.IntRange(min=1),
+    default=BATCH_ROWS,
+    show_default=True,
+    help="Events and chunks deleted per transaction, at most.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+def prune(
+    db: str,
+    cut: dt.datetime,
+    events_only: bool,
+    dry_run: bool,
+    vacuum: bool,
+    batch_rows: int,
+    as_json: bool,
+) -> None:
+    """Delete what started before a cut, in short batches, safe while recorders write.
+
+    Exchanges still recording are never touched. A prune stopped half-way has committed the
+    batches it reported and is resumed by running it again."""
+    store = open_db(db)
+    try:
+        pruner = Pruner(store, batch_rows=batch_rows)
+        with Progress(console=Console(stderr=True), disable=not sys.stderr.isatty()) as bar:
+            task = bar.add_task("prune", total=None)
+            report = pruner.prune(
+                cut,
+                events_only=events_only,
+                dry_run=dry_run,
+                on_batch=lambda r: bar.update(task, completed=r.exchanges),
+            )
+        if vacuum and not dry_run:
+            report.bytes_returned = (report.bytes_returned or 0) + pruner.vacuum()
+    finally:
+        store.close()
+    if as_json:
+        print_json(report.to_json())
+    else:
+        click.echo(report.line())

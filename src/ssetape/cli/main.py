@@ -22,6 +22,7 @@ COMMANDS = {
     "show": "ssetape.cli.browse:show",
     "stats": "ssetape.cli.audit:stats",
     "reindex": "ssetape.cli.audit:reindex",
+    "prune": "ssetape.cli.audit:prune",
     "record": "ssetape.cli.proxy:record",
     "run": "ssetape.cli.run:run",
     "replay": "ssetape.cli.proxy:replay",

@@ -190,11 +190,14 @@ class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in c
 
     name = "TIME"
 
+    def __init__(self, option: str = "--since") -> None:
+        self.option = option
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, dt.datetime):
             return value
         try:
-            return parse_since(str(value))
+            return parse_since(str(value), option=self.option)
         except ValueError as e:
             self.fail(str(e), param, ctx)
 

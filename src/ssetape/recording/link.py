@@ -44,6 +44,7 @@ from ssetape.recording.protocol import (
     FinalCounts,
     FinishMsg,
     Message,
+    RetentionPolicy,
     StreamMsg,
     UpdateMsg,
     WorkerConfig,
@@ -74,10 +75,12 @@ class RecordLink:
         max_buffer: int = 0,
         deadline: float = 5.0,
         price_data: str | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         self._cfg = WorkerConfig(
-            db=db, max_pending=max_pending, active=active, deadline=deadline, price_data=price_data
-        )
+            db=db, max_pending=max_pending, active=active, deadline=deadline,
+            price_data=price_data, retention=retention,
+        )  # fmt: skip
         # Only for bursts the recording process cannot parse at once: a store that is slow
         # or down is what its writer's queue (``max_pending`` rows) is for.
         self._max_buffer = max_buffer or max(PIPE_SIZE, min(max_pending * 1024, MAX_BUFFER))
@@ -120,6 +123,11 @@ class RecordLink:
             if child.ended.is_set() or time.monotonic() > deadline:
                 return False
         return True
+
+    @property
+    def retention(self) -> RetentionPolicy | None:
+        """What its recording process prunes, and how often."""
+        return self._cfg.retention
 
     @property
     def pid(self) -> int | None:

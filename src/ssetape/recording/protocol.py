@@ -65,6 +65,7 @@ __all__ = [
     "LossesMsg",
     "Message",
     "Report",
+    "RetentionPolicy",
     "StreamMsg",
     "UpdateMsg",
     "WorkerConfig",
@@ -101,6 +102,16 @@ HEADER = struct.Struct(">I")  # each frame: its payload's length, then the pickl
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What the recording process prunes from its store, and how often (the
+    ``ssetape_retain*`` options); every span in seconds, None: that prune is off."""
+
+    exchanges: float | None = None  # whole exchanges that started longer ago than this
+    events: float | None = None  # only the events and chunks of those (shorter)
+    every: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerConfig:
     db: str
     max_pending: int  # rows the writer keeps while the store is slow or down
@@ -109,6 +120,8 @@ class WorkerConfig:
     deadline: float = 5.0
     # A genai-prices data.json to price exchanges with; None: the library's own data.
     price_data: str | None = None
+    # Pruned on a schedule in a thread of the recording process; None: kept for ever.
+    retention: RetentionPolicy | None = None
 
 
 def encode_frame(batch: list[Message]) -> bytes:

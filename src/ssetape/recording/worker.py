@@ -47,6 +47,7 @@ from ssetape.recording.protocol import (
     encode_report,
     read_frames,
 )
+from ssetape.recording.retention import Retention
 from ssetape.storage.engine import one_line
 from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store
@@ -115,6 +116,8 @@ class RecordWorker:
         )
         self.live = LiveAnalysis(self.writer)
         self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.run_counts)
+        # ssetape_retain: pruned here, on this process's engine, never in the proxy's.
+        self.retention = Retention(self.store, cfg.retention) if cfg.retention is not None else None
         self.active = cfg.active
         self.captures: dict[str, Capture] = {}
         self.open: set[str] = set()  # begun here, not finished
@@ -145,6 +148,8 @@ class RecordWorker:
         # Beside the replayer, a replay-only session must leave its tape untouched: the
         # run row appears with the first recorded exchange.
         self.reporter.start(active=self.active)
+        if self.retention is not None:
+            self.retention.start()
 
     def run_counts(self) -> RunCounts:  # called in the reporter's thread
         st = self.writer.stats
@@ -271,6 +276,8 @@ class RecordWorker:
 
     def stop(self) -> FinalCounts:
         """Store what is left; the final counts for the proxy's exit line."""
+        if self.retention is not None:  # first: a prune in progress stops at its next batch
+            self.retention.close()
         if not self.closed and self.open:
             log.warning(
                 "ssetape: the proxy ended without stopping the recorder; %d exchange(s) in "

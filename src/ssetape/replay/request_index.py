@@ -157,6 +157,8 @@ class RequestIndex:
                     Exchange.gap_seq,
                 )
                 .where(Exchange.id > self._floor)
+                # Pruned to its summary (`ssetape prune --events-only`): nothing to play.
+                .where(Exchange.events_pruned_at.is_(None))
                 .order_by(Exchange.id)
             ).all()
         with self._lock:

@@ -63,6 +63,7 @@ def summary(x: Exchange) -> dict[str, Any]:
         "ttft_ms": _ms(x.ttft_us),
         "session": x.session,
         "cost": cost_of(x),
+        "events_pruned_at": None if x.events_pruned_at is None else x.events_pruned_at.isoformat(),
     }
 
 

@@ -192,6 +192,9 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
         parts.append(cell(f"session: {x.session}"))
     if x.error:
         parts.append(cell(f"error: {x.error}", "red"))
+    if x.events_pruned_at is not None:
+        when = f"{x.events_pruned_at:%Y-%m-%d %H:%M} UTC"
+        parts.append(cell(f"events pruned {when}: the summary stays, replay skips it", "yellow"))
     if x.analysis_version is not None:
         parts.append(_knowledge_line(x))
         parts.append(_cost_line(x))
@@ -345,11 +348,12 @@ _SESSION_ONLY = frozenset({"wall s", "ttft sum s"})
 _NOT_FOR_SESSIONS = frozenset({"ttfb p50/95", "tok/s"})
 
 
-def stats_table(rows: list[dict[str, Any]], by: str | None) -> Table:
-    """`ssetape stats` for people: one row per group (see Stats.groups)."""
+def stats_table(rows: list[dict[str, Any]], by: str | None, width: int = 80) -> Table:
+    """`ssetape stats` for people: one row per group (see Stats.groups); the group's name
+    takes what a terminal ``width`` wide leaves beside the figures (Bedrock's model ids share
+    long prefixes: cut too soon, two read the same)."""
     t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
-    # Whole on a wide terminal (Bedrock's model ids share long prefixes); cut when narrow.
-    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=64)
+    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=max(15, width - 100))
     skip = _NOT_FOR_SESSIONS if by == "session" else _SESSION_ONLY
     columns = [(head, fn) for head, fn in _STATS if head not in skip]
     # Figures keep their width (a cut one would read as another); the group name gives way.

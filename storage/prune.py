@@ -1,0 +1,227 @@
+"""Retention: what leaves a store, in bounded batches, while recorders keep writing to it.
+
+An audit store fed for months only grows unless something takes the old out. :class:`Pruner`
+deletes the exchanges that started before a cut, or with ``events_only`` only their events
+and wire chunks (the bulk), keeping each exchange's summary row (model, usage, outcome,
+timing, cost) and its findings as the audit trail, marked ``events_pruned_at``.
+
+Safe beside recorders: an exchange still ``recording`` is never touched (it is counted as
+kept), and each batch is its own short transaction of at most ``batch_rows`` rows, so no prune
+holds a lock long enough to stall a writer, and one that stops half-way (Ctrl-C, a failover)
+has committed what it reports and is resumed by running it again. SQLite gives the space back
+page by page on stores created with incremental auto-vacuum (every new store since 0.2), and
+through :meth:`Pruner.vacuum` on older ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from ssetape.storage.engine import SQLITE_BEGIN
+from ssetape.storage.models import Chunk, Event, Exchange, Finding
+from ssetape.storage.store import Store
+from ssetape.vocabulary import ExchangeState
+
+__all__ = ["BATCH_ROWS", "PruneReport", "Pruner"]
+
+BATCH_ROWS = 20_000  # rows (events and chunks) deleted per transaction, at most
+_CANDIDATES = 1_000  # exchanges looked at per batch
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """What a prune removed (or, dry, would remove): every count is rows in the store."""
+
+    cut: dt.datetime
+    events_only: bool
+    dry_run: bool
+    exchanges: int = 0  # deleted, or (events_only) whose events were deleted
+    events: int = 0
+    chunks: int = 0
+    findings: int = 0
+    in_flight: int = 0  # started before the cut, still recording: kept
+    batches: int = 0
+    bytes_returned: int | None = None  # SQLite: how much smaller the file got
+
+    def to_json(self) -> dict[str, object]:
+        doc = asdict(self)
+        doc["cut"] = self.cut.isoformat()
+        return doc
+
+    def line(self) -> str:
+        """What was done (or, dry, would be), in one line of counts."""
+        verb = "would prune" if self.dry_run else "pruned"
+        what = "the events of " if self.events_only else ""
+        line = (
+            f"{verb} {what}{self.exchanges:,} exchange(s) started before "
+            f"{self.cut:%Y-%m-%d %H:%M:%S} UTC: {self.events:,} events, {self.chunks:,} chunks"
+            + ("" if self.events_only else f", {self.findings:,} findings")
+        )
+        if not self.dry_run:
+            line += f", in {self.batches:,} batch(es)"
+        if self.in_flight:
+            line += f"; {self.in_flight:,} still recording, kept"
+        if self.bytes_returned:
+            line += f"; {self.bytes_returned / 1e6:,.1f} MB returned to the file system"
+        return line
+
+
+class Pruner:
+    def __init__(self, store: Store, *, batch_rows: int = BATCH_ROWS) -> None:
+        if batch_rows < 1:
+            raise ValueError(f"batch_rows must be at least 1, not {batch_rows}")
+        self._store = store
+        self._batch_rows = batch_rows
+        self._sqlite = store.is_sqlite
+        # IMMEDIATE on SQLite: a batch reads, then writes; a plain BEGIN would fail at once
+        # ("database is locked") when a recorder commits in between.
+        self._engine = (
+            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
+            if store.is_sqlite
+            else store.engine
+        )
+
+    def prune(
+        self,
+        cut: dt.datetime,
+        *,
+        events_only: bool = False,
+        dry_run: bool = False,
+        on_batch: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Remove what started before ``cut`` (never what is still recording); ``on_batch``
+        is told the running totals after each committed batch."""
+        report = PruneReport(cut=cut, events_only=events_only, dry_run=dry_run)
+        size = self._file_size()
+        with Session(self._store.engine) as s:
+            # Recording as the prune starts: kept for the whole run, as the report says, even
+            # if one ends before its turn would come.
+            recording = Exchange.started_at < cut, Exchange.state == ExchangeState.RECORDING
+            flying = set(s.scalars(select(Exchange.id).where(*recording)))
+        report.in_flight = len(flying)
+        if dry_run:
+            self._count(report, flying)
+            return report
+        after = 0  # exchanges are taken in id order: the last one looked at
+        while (step := self._batch(report, after, flying)) is not None:
+            done, after = step
+            if done:
+                report.batches += 1
+                if on_batch is not None:
+                    on_batch(report)
+        if size is not None and report.batches:
+            self._checkpoint()  # freed pages leave the file when the WAL is checkpointed
+            report.bytes_returned = max(0, size - (self._file_size() or 0))
+        return report
+
+    def vacuum(self) -> int:
+        """SQLite: rewrite the file, returning every free page, and switch it to incremental
+        auto-vacuum so later prunes return space as they go; the bytes returned. Writers wait
+        (their busy timeout) while it runs. PostgreSQL reuses freed space by itself: 0."""
+        if not self._sqlite:
+            return 0
+        size = self._file_size() or 0
+        self._pragma("PRAGMA auto_vacuum = INCREMENTAL")
+        self._pragma("VACUUM")
+        self._checkpoint()
+        return max(0, size - (self._file_size() or 0))
+
+    def _candidates(self, s: Session, report: PruneReport, after: int) -> Sequence[tuple[int, int]]:
+        """The next exchanges to prune and the rows (events and wire chunks) each holds."""
+        stmt = (
+            select(Exchange.id, Exchange.event_count)
+            .where(Exchange.id > after, Exchange.started_at < report.cut)
+            .where(Exchange.state != ExchangeState.RECORDING)
+            .order_by(Exchange.id)
+            .limit(_CANDIDATES)
+        )
+        if report.events_only:
+            stmt = stmt.where(Exchange.events_pruned_at.is_(None))
+        found = [(row[0], row[1] or 0) for row in s.execute(stmt)]
+        chunks = select(Chunk.exchange_id, func.count()).group_by(Chunk.exchange_id)
+        chunks = chunks.where(Chunk.exchange_id.in_([xid for xid, _ in found]))
+        wire: dict[int, int] = {row[0]: row[1] for row in s.execute(chunks)}
+        return [(xid, events + wire.get(xid, 0)) for xid, events in found]
+
+    def _batch(self, report: PruneReport, after: int, flying: set[int]) -> tuple[int, int] | None:
+        """One transaction: the next exchanges whose rows fit in a batch (one at least);
+        how many were done and the last id looked at (None: nothing left)."""
+        with Session(self._engine) as s, s.begin():
+            candidates = self._candidates(s, report, after)
+            if not candidates:
+                return None
+            ids: list[int] = []
+            rows = 0
+            for xid, count in candidates:
+                if ids and rows + count > self._batch_rows:
+                    break
+                after = xid
+                if xid not in flying:
+                    ids.append(xid)
+                    rows += count
+            if not ids:
+                return 0, after
+            conn = s.connection()  # its results count rows
+            report.events += conn.execute(delete(Event).where(Event.exchange_id.in_(ids))).rowcount
+            report.chunks += conn.execute(delete(Chunk).where(Chunk.exchange_id.in_(ids))).rowcount
+            if report.events_only:
+                now = dt.datetime.now(dt.UTC)
+                marked = update(Exchange).where(Exchange.id.in_(ids)).values(events_pruned_at=now)
+                report.exchanges += conn.execute(marked).rowcount
+            else:
+                where = Finding.exchange_id.in_(ids)
+                report.findings += conn.execute(delete(Finding).where(where)).rowcount
+                gone = delete(Exchange).where(Exchange.id.in_(ids))
+                report.exchanges += conn.execute(gone).rowcount
+        self._return_space()
+        return len(ids), after
+
+    def _count(self, report: PruneReport, flying: set[int]) -> None:
+        """A dry run: the same counts, read."""
+        old = select(Exchange.id).where(
+            Exchange.started_at < report.cut, Exchange.state != ExchangeState.RECORDING
+        )
+        if flying:
+            old = old.where(Exchange.id.not_in(flying))
+        if report.events_only:
+            old = old.where(Exchange.events_pruned_at.is_(None))
+        ids = old.scalar_subquery()
+        with Session(self._store.engine) as s:
+            report.exchanges = s.scalar(select(func.count()).where(Exchange.id.in_(ids))) or 0
+            report.events = s.scalar(select(func.count()).where(Event.exchange_id.in_(ids))) or 0
+            report.chunks = s.scalar(select(func.count()).where(Chunk.exchange_id.in_(ids))) or 0
+            if not report.events_only:
+                found = select(func.count()).where(Finding.exchange_id.in_(ids))
+                report.findings = s.scalar(found) or 0
+
+    def _return_space(self) -> None:
+        if self._sqlite:
+            # Every page the batch freed (a batch is bounded, so is this); a no-op on a store
+            # without incremental auto-vacuum (see vacuum()).
+            self._pragma("PRAGMA incremental_vacuum")
+
+    def _checkpoint(self) -> None:
+        self._pragma("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _pragma(self, sql: str) -> None:
+        """A pragma stepped to its end, outside any transaction."""
+        raw = self._store.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            cur.execute(sql).fetchall()
+            cur.close()
+        finally:
+            raw.close()
+
+    def _file_size(self) -> int | None:
+        path = self._store.path
+        if path is None:
+            return None
+        return sum(
+            p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists()
+        )
