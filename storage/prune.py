@@ -209,12 +209,11 @@ class Pruner:
         self._pragma("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def _pragma(self, sql: str) -> None:
-        """A pragma stepped to its end, outside any transaction."""
+        """A pragma stepped to its end, outside any transaction (executescript steps it to
+        completion: Python 3.11's execute() stops incremental_vacuum after one page)."""
         raw = self._store.engine.raw_connection()
         try:
-            cur = raw.cursor()
-            cur.execute(sql).fetchall()
-            cur.close()
+            raw.driver_connection.executescript(sql + ";")  # type: ignore[union-attr]
         finally:
             raw.close()
 
