@@ -3,8 +3,9 @@ own ``calc_price`` on the same usage.
 
     python -m bench.bench_cost [--rounds 200]
 
-The exchanges are the real provider streams of tests/data/real_streams (44, of OpenAI, Azure,
-Anthropic, OpenRouter, Groq, DeepSeek), each analysed once as the recording process does;
+The exchanges are the real provider streams of tests/data/real_streams (70: OpenAI, Azure,
+Anthropic, OpenRouter, Groq, DeepSeek, Bedrock, Ollama, Cohere, Gemini, Vertex, Mistral, ...),
+each analysed once as the recording process does;
 then, per exchange:
 
 - "analysis": reading the stream's events (what the recording process does per exchange);
@@ -30,30 +31,32 @@ import genai_prices
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.profiles import profile_for
 from ssetape.cost.price_book import PriceBook, PriceQuery
-from ssetape.sse import SseParser
+from ssetape.framing.framings import FRAMINGS, framing_of
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_streams"
 AT = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 
 
-def _streams() -> list[tuple[dict[str, object], list[tuple[str | None, str]]]]:
+def _streams() -> list[tuple[dict[str, object], list[tuple[str | None, str | None]]]]:
     import orjson
 
     out = []
     for meta_file in sorted(CORPUS.glob("*.json")):
         meta = orjson.loads(meta_file.read_bytes())
-        body = meta_file.with_suffix(".sse").read_bytes()
-        if meta["response_headers"].get("content-encoding") == "gzip":
+        body = (CORPUS / meta.get("body_file", f"{meta['name']}.sse")).read_bytes()
+        headers = meta["response_headers"]
+        if headers.get("content-encoding") == "gzip":
             import gzip
 
             body = gzip.decompress(body)
-        parser = SseParser()
-        events = [(e.event, e.data) for e in parser.feed(body) + parser.close()]
+        # Cut as the recorder cuts it: SSE events, AWS event-stream frames, NDJSON lines.
+        parser = FRAMINGS[framing_of(headers.get("content-type"))].parser(1 << 30)
+        events = [(e.type, e.data) for e in [*parser.feed(body), *parser.close()]]
         out.append((meta, events))
     return out
 
 
-def _analyse(meta: dict[str, object], events: list[tuple[str | None, str]]) -> Analysis:
+def _analyse(meta: dict[str, object], events: list[tuple[str | None, str | None]]) -> Analysis:
     an = Analyzer(method=str(meta["request_method"]), path=str(meta["request_path"]),
                   request_body=str(meta.get("request_body") or "").encode() or None,
                   profile=profile_for(str(meta["original_host"])))  # fmt: skip

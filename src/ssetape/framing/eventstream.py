@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
@@ -49,10 +49,10 @@ _WIDTHS: dict[int, int | None] = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 6: None, 7
 _NAMED_BY = {"event": ":event-type", "exception": ":exception-type", "error": ":error-code"}
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """One frame's exact bytes and what it says: its type (the event, exception or error
-    name) and its payload as text. Both None for bytes that are not a whole, readable frame."""
+    name) and its payload as text. Both None for bytes that are not a whole, readable frame.
+    (A tuple: one is made per frame, and a tuple is made in C.)"""
 
     raw: bytes
     type: str | None

@@ -17,11 +17,10 @@ __all__ = ["NdjsonParser"]
 class NdjsonParser:
     """Split a byte stream into one :class:`Frame` per line."""
 
-    __slots__ = ("_buf", "_closed", "_scan", "problems", "skipped")
+    __slots__ = ("_buf", "_closed", "problems", "skipped")
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._scan = 0  # where the newline search resumes: each byte is looked at once
+        self._buf = bytearray()  # the start of a line whose newline has not come
         self._closed = False
         self.skipped = 0
         self.problems: list[str] = []
@@ -36,16 +35,13 @@ class NdjsonParser:
     def feed(self, chunk: bytes) -> list[Frame]:
         if self._closed:
             raise ValueError("NdjsonParser.feed() called after close()")
-        self._buf += chunk
-        out: list[Frame] = []
-        start = 0
-        while (end := self._buf.find(b"\n", max(start, self._scan))) >= 0:
-            out.append(_line(bytes(self._buf[start : end + 1])))
-            start = end + 1
-        if start:
-            del self._buf[:start]
-        self._scan = len(self._buf)
-        return out
+        if b"\n" not in chunk:  # only the new bytes are searched: a long line costs O(n)
+            self._buf += chunk
+            return []
+        data = bytes(self._buf) + chunk if self._buf else chunk
+        *lines, rest = data.split(b"\n")  # in C: the cost of a plain split
+        self._buf = bytearray(rest)
+        return [_line(line + b"\n") for line in lines]
 
     def close(self) -> list[Frame]:
         """End of input: a last line without its newline is still a line."""
@@ -58,4 +54,4 @@ class NdjsonParser:
 
 def _line(raw: bytes) -> Frame:
     text = raw.rstrip(b"\r\n").decode("utf-8", "replace")
-    return Frame(raw, None, text if text.strip() else None)
+    return Frame(raw, None, text if text and not text.isspace() else None)
