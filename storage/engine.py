@@ -5,12 +5,18 @@ lock wait is bounded by the server (``statement_timeout``, ``lock_timeout``), a 
 attempt and a silent network by the client (``connect_timeout``, TCP keepalives and
 ``tcp_user_timeout``); on SQLite the wait for another writer's lock is. A store that stalls is
 then a failure the writer retries and counts, never a writer blocked for good.
+
+Behind a pooler in transaction mode (PgBouncer), where each transaction may run on another
+server session, nothing may rely on session state: a connection that finds it is not talking
+to its server directly (see ``_pg_on_connect``) prepares no statements and sets the deadline's
+timeouts per transaction (``SET LOCAL``); migrations take a transaction-level lock already.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -217,7 +223,93 @@ def create_store_engine(url: URL, deadline: float | None = None) -> Engine:
     # pre_ping: after a server restart, stale pooled connections are replaced instead of
     # failing the next statement. Not under a deadline: a ping on a silent network would
     # wait outside it, and the recording process retries a failed statement anyway.
-    return create_engine(url, pool_pre_ping=deadline is None, **common)
+    engine = create_engine(url, pool_pre_ping=deadline is None, **common)
+    event.listen(engine, "connect", _pg_on_connect)
+    local = _pg_local_timeouts(url, deadline)
+    if local:
+        theirs = str(url.query.get("options", "")) or None
+        event.listen(engine, "do_connect", _PgStartup(theirs))
+        event.listen(engine, "begin", _pg_on_begin(local))
+    return engine
+
+
+# Set in a pool record's info when its connection goes through a pooler (see _pg_on_connect).
+_POOLED = "ssetape_pooled"
+
+
+def _pg_on_connect(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    # A pooler answers the client's startup with a cancel key of its own, not the server
+    # session's: a pid that differs from the session's own is one between us. In transaction
+    # mode each transaction may run on another server session, so psycopg's automatic
+    # prepared statements (after 5 runs of a query) would be made on one and looked for on
+    # another ("prepared statement _pg3_0 does not exist / already exists"): off there.
+    # Direct connections keep them (executemany is ~1.5x faster prepared).
+    autocommit = dbapi_conn.autocommit
+    dbapi_conn.autocommit = True  # no transaction left open by the check
+    try:
+        row = dbapi_conn.execute("SELECT pg_backend_pid()").fetchone()
+    finally:
+        dbapi_conn.autocommit = autocommit
+    if row is None or row[0] != dbapi_conn.info.backend_pid:
+        dbapi_conn.prepare_threshold = None
+        record.info[_POOLED] = True
+
+
+class _PgStartup:
+    """Connects with the deadline's timeouts in the startup packet; a pooler that refuses
+    them (PgBouncer: "unsupported startup parameter") is asked again without, once for all
+    (``_pg_on_begin`` then sets them per transaction)."""
+
+    def __init__(self, theirs: str | None) -> None:
+        self.theirs, self.refused = theirs, False
+
+    def __call__(self, dialect: Any, _rec: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        if self.refused:
+            return dialect.connect(*cargs, **self._without(cparams))
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except dialect.loaded_dbapi.OperationalError as exc:
+            if "unsupported startup parameter" not in str(exc):
+                raise
+        self.refused = True
+        return dialect.connect(*cargs, **self._without(cparams))
+
+    def _without(self, cparams: dict[str, Any]) -> dict[str, Any]:
+        params = {k: v for k, v in cparams.items() if k != "options"}
+        if self.theirs is not None:  # the URL's own options are the user's to fix
+            params["options"] = self.theirs
+        return params
+
+
+def _pg_on_begin(local: str) -> Callable[[Connection], None]:
+    def on_begin(conn: Connection) -> None:
+        # Through a pooler the startup packet's settings are refused or ignored, and a
+        # session SET would stay on a server session that other clients get next: SET LOCAL
+        # ends with the transaction, on whichever server session ran it.
+        if conn.info.get(_POOLED):
+            conn.exec_driver_sql(local)
+
+    return on_begin
+
+
+# A setting named by a URL's own options (-c name=value, --name=value): the user's wins.
+_OPTION_NAME = re.compile(r"(?:-c\s*|--)([A-Za-z_.-]+)\s*=")
+
+
+def _pg_local_timeouts(url: URL, deadline: float | None) -> str:
+    """The deadline's timeouts as one SET LOCAL statement (\"\" without a deadline)."""
+    if deadline is None:
+        return ""
+    named = {m.group(1).replace("-", "_") for m in _OPTION_NAME.finditer(
+        str(url.query.get("options", "")))}  # fmt: skip
+    settings = _pg_timeouts(deadline).items()
+    return "; ".join(f"SET LOCAL {k} = {v}" for k, v in settings if k not in named)
+
+
+def _pg_timeouts(deadline: float) -> dict[str, int]:
+    ms = max(1, round(1000 * deadline))
+    # A lock wait ends a little before the statement would: the error then names the lock.
+    return {"statement_timeout": ms, "lock_timeout": max(1, ms * 4 // 5)}
 
 
 def _pg_connect_args(url: URL, deadline: float | None) -> dict[str, Any]:
@@ -228,8 +320,7 @@ def _pg_connect_args(url: URL, deadline: float | None) -> dict[str, Any]:
     if deadline is None:
         return args
     ms = max(1, round(1000 * deadline))
-    # A lock wait ends a little before the statement would: the error then names the lock.
-    options = [f"-c statement_timeout={ms}", f"-c lock_timeout={max(1, ms * 4 // 5)}"]
+    options = [f"-c {k}={v}" for k, v in _pg_timeouts(deadline).items()]
     if "options" in url.query:  # the URL's own options come last and win
         options.append(str(url.query["options"]))
     args["options"] = " ".join(options)

@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from ssetape.storage.engine import SQLITE_BEGIN
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
@@ -78,13 +77,7 @@ class Pruner:
         self._store = store
         self._batch_rows = batch_rows
         self._sqlite = store.is_sqlite
-        # IMMEDIATE on SQLite: a batch reads, then writes; a plain BEGIN would fail at once
-        # ("database is locked") when a recorder commits in between.
-        self._engine = (
-            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
-            if store.is_sqlite
-            else store.engine
-        )
+        self._engine = store.writing_engine  # a batch reads, then writes
 
     def prune(
         self,

@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ssetape.recorder_id import RecorderId
-from ssetape.storage.engine import SQLITE_BEGIN, check_writable, one_line
+from ssetape.storage.engine import check_writable, one_line
 from ssetape.storage.models import Event, Exchange, RecorderRun
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
@@ -103,12 +103,7 @@ class Runs:
     def __init__(self, store: Store, *, hostname: str | None = None) -> None:
         self.store = store
         self.hostname = hostname or socket.gethostname()
-        # IMMEDIATE on SQLite: read-then-write transactions must not fail on lock upgrade.
-        self._engine = (
-            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
-            if store.is_sqlite
-            else store.engine
-        )
+        self._engine = store.writing_engine  # read-then-write transactions
 
     def save(
         self,

@@ -64,6 +64,12 @@ class Store:
         self.url = url.render_as_string(hide_password=True)
         self.path = path
         self.is_sqlite = engine.dialect.name == "sqlite"
+        # For read-then-write transactions: IMMEDIATE on SQLite takes the write lock at BEGIN
+        # (waiting busy_timeout), where a plain BEGIN fails at once on the lock upgrade when
+        # another connection commits in between.
+        self.writing_engine = (
+            engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"}) if self.is_sqlite else engine
+        )
         self._password = url.password
 
     # -- opening ---------------------------------------------------------------
@@ -86,7 +92,33 @@ class Store:
         url, path = resolve_target(target)
         if path is not None:
             prepare_sqlite_file(path, create=create)
-        where = str(path) if path is not None else url.render_as_string(hide_password=True)
+        store = cls._engine_for(url, path, deadline)
+        if migrate:
+            store._checked(store._migrate, "migrate")
+        return store
+
+    @classmethod
+    def open_read_only(cls, target: str) -> Self:
+        """Open a store only to read it: a hot standby, a read replica, a read-only role.
+
+        The schema is checked, never migrated: one that is behind this ssetape's is a one-line
+        error (migrate the primary, let the standby catch up). On PostgreSQL every transaction
+        is read-only (``default_transaction_read_only``), so nothing here writes by mistake."""
+        url, path = resolve_target(target)
+        if path is not None:
+            prepare_sqlite_file(path, create=False)
+        else:
+            mine = "-c default_transaction_read_only=on"
+            own = url.query.get("options")
+            own = own if isinstance(own, str) else " ".join(own or ())
+            # The URL's own options come last, as in storage.engine.
+            url = url.update_query_dict({"options": f"{mine} {own}".strip()})
+        store = cls._engine_for(url, path, None)
+        store._checked(store._check_read_only, "read")
+        return store
+
+    @classmethod
+    def _engine_for(cls, url: URL, path: Path | None, deadline: float | None) -> Self:
         try:
             engine = create_store_engine(url, deadline)
         except ImportError as exc:
@@ -95,54 +127,78 @@ class Store:
                 "pip install 'ssetape[postgres]'"
             ) from None
         except (ArgumentError, TypeError, ValueError) as exc:
+            where = str(path) if path is not None else url.render_as_string(hide_password=True)
             raise StoreError(f"invalid database URL {where}: {one_line(exc)}") from None
-        store = cls(engine, url, path)
-        if not migrate:
-            return store
+        return cls(engine, url, path)
+
+    def _checked(self, step: Callable[[], None], what: str) -> None:
+        """Run an opening step; any failure is a one-line StoreError (engine disposed)."""
+        where = str(self.path) if self.path is not None else self.url
         try:
-            store._migrate()
+            step()
         except StoreError:
-            engine.dispose()
+            self.engine.dispose()
             raise
         except DBAPIError as exc:
-            engine.dispose()
-            msg = store._redact(one_line(exc))
-            if path is not None and "not a database" in msg:
-                raise StoreError(f"{path} is not an SQLite database") from None
-            verb = "open" if path is not None else "connect to"
+            self.engine.dispose()
+            msg = self._redact(one_line(exc))
+            if self.path is not None and "not a database" in msg:
+                raise StoreError(f"{self.path} is not an SQLite database") from None
+            verb = "open" if self.path is not None else "connect to"
             raise StoreError(f"cannot {verb} {where}: {msg}") from None
         except SQLAlchemyError as exc:
-            engine.dispose()
-            raise StoreError(f"cannot migrate {where}: {store._redact(one_line(exc))}") from None
-        return store
+            self.engine.dispose()
+            raise StoreError(f"cannot {what} {where}: {self._redact(one_line(exc))}") from None
 
     def _redact(self, msg: str) -> str:
         if self._password:
             msg = msg.replace(self._password, "***")
         return msg
 
+    @staticmethod
+    def _schema(conn: Connection, script: ScriptDirectory) -> tuple[str, ...]:
+        """The store's schema revisions; refuse (without writing) one from a newer ssetape."""
+        # Read the version table directly: MigrationContext would log two INFO lines on
+        # every open.
+        current: tuple[str, ...] = ()
+        if inspect(conn).has_table("alembic_version"):
+            current = tuple(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
+        known = {rev.revision for rev in script.walk_revisions()}
+        for rev in current:
+            if rev not in known:
+                raise StoreError(
+                    f"database schema revision {rev} is newer than this ssetape knows "
+                    f"(head {script.get_current_head()}): upgrade ssetape"
+                )
+        return current
+
+    def _check_read_only(self) -> None:
+        """A store read only must be at this ssetape's head: it cannot be migrated here."""
+        script = ScriptDirectory.from_config(alembic_config())
+        head = script.get_current_head()
+        with self.engine.connect() as conn, conn.begin():
+            current = self._schema(conn, script)
+        if current == (head,):
+            return
+        if not current:
+            raise StoreError(
+                f"{self.path or self.url} has no ssetape schema: open the primary with ssetape "
+                "once (it creates the schema) and let the standby catch up"
+            )
+        raise StoreError(
+            f"{self.path or self.url} is at schema revision {', '.join(current)}, behind this "
+            f"ssetape's {head}: migrate the primary (e.g. ssetape list --db PRIMARY) and let "
+            "the standby catch up"
+        )
+
     def _migrate(self) -> None:
         """Upgrade to head; refuse (without writing) a schema from a newer ssetape."""
         config = alembic_config()
         script = ScriptDirectory.from_config(config)
         head = script.get_current_head()
-        known = {rev.revision for rev in script.walk_revisions()}
 
         def check(conn: Connection) -> bool:
-            # Read the version table directly: MigrationContext would log two
-            # INFO lines on every open.
-            current: list[str] = []
-            if inspect(conn).has_table("alembic_version"):
-                current = list(
-                    conn.execute(text("SELECT version_num FROM alembic_version")).scalars()
-                )
-            for rev in current:
-                if rev not in known:
-                    raise StoreError(
-                        f"database schema revision {rev} is newer than this ssetape knows "
-                        f"(head {head}): upgrade ssetape"
-                    )
-            return tuple(current) != (head,)
+            return self._schema(conn, script) != (head,)
 
         # Look first without any lock: the common case is already at head, and
         # a read-only user must still be able to open the store.

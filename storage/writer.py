@@ -42,7 +42,7 @@ from ssetape.storage.batch import (
     BatchSql,
     Op,
 )
-from ssetape.storage.engine import SQLITE_BEGIN, StoreUnwritable, one_line
+from ssetape.storage.engine import StoreUnwritable, one_line
 from ssetape.storage.ledger import Ledger, WriterStats
 from ssetape.storage.store import Store
 from ssetape.storage.store_file import StoreFile
@@ -108,13 +108,7 @@ class Writer:
         # committed, before flush() waiters are released (the stream analysis).
         self._on_finished = on_finished
         self._finished: list[tuple[int, str]] = []
-        # IMMEDIATE: take SQLite's write lock at BEGIN (waiting busy_timeout),
-        # never fail half-way through a batch on a lock upgrade.
-        self._engine = (
-            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
-            if store.is_sqlite
-            else store.engine
-        )
+        self._engine = store.writing_engine  # never fails half-way on a lock upgrade
         self._sql = BatchSql(store.engine, is_sqlite=store.is_sqlite)
         self._interval = flush_interval
         self._max_batch = max_batch

@@ -23,7 +23,6 @@ from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
 from ssetape.cost.price import Price
 from ssetape.cost.price_book import LazyPriceBook, PriceBook, PriceQuery
 from ssetape.framing.framings import Framing, framing_of
-from ssetape.storage.engine import SQLITE_BEGIN
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import Store
 
@@ -149,11 +148,7 @@ class Knowledge:
         self.prices = prices or LazyPriceBook()
         self._live = live
         self._profiles = profiles or {}
-        self._engine = (
-            store.engine.execution_options(**{SQLITE_BEGIN: "IMMEDIATE"})
-            if store.is_sqlite
-            else store.engine
-        )
+        self._engine = store.writing_engine
 
     def analyse(self, s: Session, x: Exchange) -> Analysis:
         profile = (

@@ -18,9 +18,12 @@ from ssetape.cli.options import (
     db_option,
     filter_options,
     open_db,
+    open_reader,
     price_data_option,
     print_json,
     profile_option,
+    reader_options,
+    standby_note,
 )
 from ssetape.cost.price_book import LazyPriceBook
 from ssetape.storage.filters import ExchangeFilter
@@ -37,7 +40,7 @@ def _losses(store: Store) -> dict[str, Any] | None:
 
 
 @click.command()
-@db_option
+@reader_options
 @click.option("--by", type=click.Choice(sorted(GROUP_BY)), help="One row per model, host, ...")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per group.")
 @click.option(
@@ -48,14 +51,19 @@ def _losses(store: Store) -> dict[str, Any] | None:
 )
 @filter_options
 @click.option("--host", help="Only this host.")
-def stats(db: str, by: str | None, as_json: bool, runs: bool, **filters: Any) -> None:
+def stats(
+    db: str, read_db: str | None, by: str | None, as_json: bool, runs: bool, **filters: Any
+) -> None:
     """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
-    store = open_db(db)
+    store = open_reader(db, read_db)
     try:
+        standby = standby_note(store)
         rows = Stats(store).groups(by, ExchangeFilter.pop(filters))
         losses = _losses(store)
     finally:
         store.close()
+    if standby is not None:  # stderr: the JSON and the tables keep their shape
+        click.echo(standby.describe(), err=True)
     if runs:
         totals = losses or {"runs": []}
         if as_json:

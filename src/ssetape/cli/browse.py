@@ -10,36 +10,63 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from ssetape.cli.options import db_option, filter_options, open_db, print_json
+from ssetape.cli.options import (
+    filter_options,
+    open_reader,
+    print_json,
+    reader_options,
+    standby_note,
+)
 from ssetape.files import write_private
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange, Finding
 from ssetape.storage.queries import Queries
+from ssetape.storage.standby import StandbyState
 from ssetape.views.documents import EVENTS_SHOWN, summary, write_detail
 from ssetape.views.tables import events_tables, list_table, show_parts
 from ssetape.views.timeline import Timeline
 from ssetape.views.timeline_chart import TimelineChart
 from ssetape.views.timeline_svg import TimelineSvg
+from ssetape.vocabulary import ExchangeState
+
+AS_OF_STANDBY = "(as of the standby)"
 
 
 @click.command("list")
-@db_option
+@reader_options
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @filter_options
 @click.option("--host", help="Only this host.")
-def list_cmd(db: str, limit: int, as_json: bool, **filters: Any) -> None:
+def list_cmd(db: str, read_db: str | None, limit: int, as_json: bool, **filters: Any) -> None:
     """List recorded exchanges, newest first (alias: ls)."""
-    store = open_db(db)
+    store = open_reader(db, read_db)
     try:
+        # Asked before the rows are read: the lag printed is then at most what they show.
+        standby = standby_note(store)
         rows = Queries(store).exchanges(ExchangeFilter.pop(filters), limit=limit)
         if as_json:
-            print_json([summary(x) for x in rows])
-        else:
-            console = Console()
-            console.print(list_table(rows, console.width))
+            print_json([summary(x) for x in rows])  # an array, as ever: the note goes to stderr
+            if standby is not None:
+                click.echo(_standby_line(standby, rows), err=True)
+            return
+        console = Console()
+        console.print(list_table(rows, console.width))
+        if standby is not None:
+            # One line however narrow the terminal: it is there to be read (and grepped).
+            console.print(Text(_standby_line(standby, rows), style="dim"), soft_wrap=True)
     finally:
         store.close()
+
+
+def _standby_line(standby: StandbyState, rows: list[Exchange]) -> str:
+    """The standby's lag, and which exchanges it shows still recording: they may have
+    finished on the primary since (their end not replayed yet)."""
+    line = standby.describe()
+    recording = [f"#{x.id}" for x in rows if x.state == ExchangeState.RECORDING]
+    if recording:
+        line += f"; {', '.join(recording)} recording {AS_OF_STANDBY}"
+    return line
 
 
 def _event_range(
@@ -60,7 +87,7 @@ def _event_range(
 
 
 @click.command()
-@db_option
+@reader_options
 @click.argument("exchange_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--timeline", is_flag=True, help="Draw when each event came, instead of the events.")
@@ -84,6 +111,7 @@ def _event_range(
 )
 def show(
     db: str,
+    read_db: str | None,
     exchange_id: str,
     as_json: bool,
     timeline: bool,
@@ -92,15 +120,18 @@ def show(
     event_range: tuple[int, int | None] | None,
 ) -> None:
     """Show one exchange: redacted headers, bodies, its events with their offsets."""
-    store = open_db(db)
+    store = open_reader(db, read_db)
     try:
+        standby = standby_note(store)
         queries = Queries(store)
         key: int | str = int(exchange_id) if exchange_id.isdigit() else exchange_id
         x = queries.exchange(key)
         if x is None:
-            raise click.ClickException(
-                f"no exchange {exchange_id} in {store.url} (see ssetape list)"
-            )
+            where = f"{store.url}: {standby.describe()}" if standby else store.url
+            raise click.ClickException(f"no exchange {exchange_id} in {where} (see ssetape list)")
+        if standby is not None:
+            # First, and on stderr: --json, --timeline and --svg keep their output as it is.
+            click.echo(_standby_line(standby, [x]), err=True)
         findings = queries.findings(x.id)
         if timeline or svg_file:
             chart = Timeline.of(x, queries)

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import click
 
-from ssetape.cli.options import db_option, open_db
+from ssetape.cli.options import open_reader, reader_options
 
 
 @click.command("mcp")
-@db_option
-def mcp_cmd(db: str) -> None:
+@reader_options
+def mcp_cmd(db: str, read_db: str | None) -> None:
     """Serve the store to coding agents over MCP on stdio (read-only tools)."""
     # Imported here: the other commands do not pay for the SDK. Stdout is the protocol's:
     # nothing else may print there.
     from ssetape.mcp_server.server import serve
 
-    store = open_db(db)
+    store = open_reader(db, read_db)
     try:
         serve(store)
     finally:

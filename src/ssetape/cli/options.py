@@ -18,6 +18,7 @@ from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, 
 from ssetape.cost.price_book import PriceBook, PriceDataError
 from ssetape.storage.filters import parse_since
 from ssetape.storage.runs import Runs
+from ssetape.storage.standby import StandbyState, is_standby, standby_state
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import MAX_SESSION, Outcome, check_session
 
@@ -27,13 +28,17 @@ __all__ = [
     "db_option",
     "filter_options",
     "open_db",
+    "open_reader",
     "price_data_option",
     "print_json",
     "profile_option",
     "proxy_options",
+    "read_db_option",
+    "reader_options",
     "session_option",
     "shown",
     "size_option",
+    "standby_note",
     "validate_mode",
     "web_option",
 ]
@@ -46,6 +51,21 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
 db_option = click.option(
     "--db", envvar="SSETAPE_DB", default="ssetape.db", show_default=True, help=DB_HELP
 )
+
+READ_DB_HELP = (
+    "Read from this store instead of --db: a hot standby (or read replica) of it, so that "
+    "readers never load the primary the recorders write to. Checked, never migrated or "
+    "written. Env: SSETAPE_READ_DB."
+)
+read_db_option = click.option(
+    "--read-db", envvar="SSETAPE_READ_DB", default=None, metavar="URL", help=READ_DB_HELP
+)
+
+
+def reader_options(f: F) -> F:
+    """Where a read-only command reads: --db, or --read-db (a standby) when given."""
+    return _apply(f, [db_option, read_db_option])
+
 
 # `--web` alone: the port `ssetape web` listens on by default.
 WEB_PORT = 8090
@@ -103,9 +123,28 @@ def open_db(db: str, *, create: bool = False) -> Store:
         store = Store.open(db, create=create)
     except StoreError as e:
         raise click.ClickException(str(e)) from None
-    with contextlib.suppress(Exception):  # a read-only user still gets to read
-        Runs(store).mark_gone_interrupted()
+    # Nothing can be written on a hot standby: do not even try there.
+    if not is_standby(store.engine):
+        with contextlib.suppress(Exception):  # a read-only user still gets to read
+            Runs(store).mark_gone_interrupted()
     return store
+
+
+def open_reader(db: str, read_db: str | None) -> Store:
+    """Open the store a read-only command reads: ``--read-db`` when given (a standby: checked,
+    never migrated, nothing marked; ``--db`` is then not opened at all), else ``--db`` as
+    ``open_db`` does."""
+    if not read_db:
+        return open_db(db)
+    try:
+        return Store.open_read_only(read_db)
+    except StoreError as e:
+        raise click.ClickException(f"--read-db: {e}") from None
+
+
+def standby_note(store: Store) -> StandbyState | None:
+    """How current a store read through a standby is; None on a primary or SQLite."""
+    return standby_state(store.engine)
 
 
 def shown(db: str) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ssetape.cli.options import db_option, open_db, shown
+from ssetape.cli.options import open_reader, reader_options, shown, standby_note
 
 
 @click.command()
-@db_option
+@reader_options
 @click.option("--port", default=8090, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--host",
@@ -16,12 +16,12 @@ from ssetape.cli.options import db_option, open_db, shown
     show_default=True,
     help="Address to listen on; anything but loopback shows the store to the network.",
 )
-def web(db: str, port: int, host: str) -> None:
+def web(db: str, read_db: str | None, port: int, host: str) -> None:
     """Browse the store in a web page: exchanges, timelines, events, live (read-only)."""
     # Imported here: the other commands do not pay for the web framework.
     from ssetape.web.server import WebServer
 
-    store = open_db(db)
+    store = open_reader(db, read_db)
     try:
         try:
             server = WebServer(store, host, port)
@@ -29,7 +29,10 @@ def web(db: str, port: int, host: str) -> None:
             raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
         def ready(url: str) -> None:
-            click.echo(f"ssetape web: listening on {url}; db {shown(db)} (read-only)")
+            standby = standby_note(store)
+            where = f"db {shown(read_db or db)} (read-only"
+            where += f"; {standby.describe()})" if standby is not None else ")"
+            click.echo(f"ssetape web: listening on {url}; {where}")
 
         server.run(ready)
     finally:
