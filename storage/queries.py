@@ -20,6 +20,7 @@ from sqlalchemy import Boolean, Row, Select, and_, func, or_, select
 
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
+from ssetape.storage.standby import StandbyState, standby_state
 from ssetape.storage.store import Store
 
 __all__ = [
@@ -206,6 +207,10 @@ class Queries:
             return picked.apply(filters.apply(stmt))
 
         return narrow
+
+    def standby(self) -> StandbyState | None:
+        """How current the store is when it is read through a hot standby (else None)."""
+        return standby_state(self.store.engine)
 
     def last_id(self) -> int:
         """The newest exchange's id, 0 for an empty store."""

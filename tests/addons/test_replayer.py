@@ -81,9 +81,15 @@ def test_replay_is_byte_identical_with_recorded_gaps(
         offsets = [e.offset_us / 1e6 for e in store.events(x.id)]
         assert len(times) == len(offsets)
         assert times[0] >= offsets[0] - 0.002  # never early
-        for i in range(1, len(times)):
-            want = offsets[i] - offsets[i - 1]
-            assert abs((times[i] - times[i - 1]) - want) < 0.015, (i, times, offsets)
+        # Each event on its recorded schedule, counted from the first: never early, and late
+        # only by what a busy machine delays one by (a loaded CI's scheduler took 61 ms once),
+        # without drift: a late event does not push the ones after it.
+        late = [(t - times[0]) - (o - offsets[0]) for t, o in zip(times, offsets, strict=True)]
+        assert min(late) > -0.005 and max(late) < 0.15, (late, times, offsets)
+        # And the gaps as recorded, to a few milliseconds, for most events.
+        errors = sorted(abs((times[i] - times[i - 1]) - (offsets[i] - offsets[i - 1]))
+                        for i in range(1, len(times)))  # fmt: skip
+        assert errors[len(errors) // 2] < 0.005, (errors, times, offsets)
     store.close()
 
 

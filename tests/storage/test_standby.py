@@ -285,3 +285,29 @@ def test_a_standby_behind_this_ssetape_is_one_line(pair: Pair) -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def test_the_viewer_and_agents_say_they_read_a_standby(pair: Pair) -> None:
+    """`ssetape web --read-db` and `ssetape mcp --read-db`: the list page says how current it
+    is, and so does the stats tool; read from the primary, neither says anything."""
+    from mcp import ClientSession
+    from starlette.testclient import TestClient
+
+    from ssetape.storage.queries import Queries
+    from ssetape.web.app import create_app
+    from tests.ssetape.mcp_server.test_server import call, in_memory
+
+    async def stats(client: ClientSession) -> dict[str, object]:
+        return await call(client, "stats")
+
+    pair.replayed()
+    with contextlib.closing(Store.open_read_only(pair.standby)) as standby:
+        with TestClient(create_app(Queries(standby))) as client:
+            page = client.get("/").text
+        assert 'class="standby"' in page and "read from a standby" in page
+        said = in_memory(standby, stats)["standby"]
+        assert isinstance(said, dict) and said["standby"] is True
+    with contextlib.closing(Store.open(pair.primary)) as primary:
+        with TestClient(create_app(Queries(primary))) as client:
+            assert 'class="standby"' not in client.get("/").text
+        assert in_memory(primary, stats)["standby"] is None

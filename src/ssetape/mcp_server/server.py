@@ -21,6 +21,7 @@ from ssetape.mcp_server import comparison, exchanges, findings, sessions, stalls
 from ssetape.mcp_server.paging import ToolError
 from ssetape.mcp_server.texts import clip
 from ssetape.storage.queries import Queries
+from ssetape.storage.standby import standby_state
 from ssetape.storage.store import Store
 
 __all__ = ["READ_ONLY", "UNTRUSTED", "build", "serve"]
@@ -77,7 +78,9 @@ def build(store: Store) -> FastMCP:
                          limit=limit)  # fmt: skip
 
     @tool("Counts, error rates, TTFB/TTFT percentiles (ms) and tokens, as `ssetape stats "
-          f"--json`, grouped by one of {sorted(GROUP_BY)} or not at all.")  # fmt: skip
+          f"--json`, grouped by one of {sorted(GROUP_BY)} or not at all; `standby`: how far "
+          "behind the primary they were read, when the store is read through a hot "
+          "standby (else null).")  # fmt: skip
     async def stats(
         group_by: str | None = None, since: Since = None, until: Until = None
     ) -> dict[str, Any]:
@@ -85,8 +88,11 @@ def build(store: Store) -> FastMCP:
             raise ToolError(f"group_by: one of {', '.join(sorted(GROUP_BY))}")
         filters = sessions.window(since, until)
         groups = await anyio.to_thread.run_sync(Stats(store).groups, group_by, filters)
+        # Read through a hot standby (--read-db): as of its last replayed change.
+        standby = await anyio.to_thread.run_sync(standby_state, store.engine)
         return {"groups": clip(groups[:GROUPS_SHOWN]), "groups_total": len(groups),
-                "truncated": len(groups) > GROUPS_SHOWN}  # fmt: skip
+                "truncated": len(groups) > GROUPS_SHOWN,
+                "standby": standby.to_json() if standby is not None else None}  # fmt: skip
 
     @tool("Pauses inside streams of at least min_gap_ms between two events: the stalled "
           "exchanges, newest first, each with its longest pauses and the events around "

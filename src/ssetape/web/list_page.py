@@ -65,8 +65,11 @@ class ListView:
     def render(self, queries: Queries) -> str:
         rows = queries.exchanges(self.filters, limit=PAGE_SIZE, before=self.before)
         counts = queries.finding_counts([x.id for x in rows])
+        standby = queries.standby()
         body = [
             el("h1", "Exchanges"),
+            # Read through a hot standby (--read-db): how current this page is.
+            el("p", standby.describe(), class_="standby") if standby is not None else "",
             self._form(),
             el("p", self.error, class_="error") if self.error else "",
             el(
