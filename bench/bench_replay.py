@@ -1,27 +1,32 @@
-"""Replay timing fidelity: `ssetape replay` vs mitmproxy's server replay, in one run.
+"""Replay timing fidelity: `ssetape replay` in each mode vs mitmproxy's server replay, in one run.
 
-    python bench/bench_replay.py [--events 40] [--concurrency 1,20,200]
+    python -m bench.bench_replay [--events 40] [--concurrency 1,20,200] [--only NAME,...]
 
 Targets: `ssetape replay` in reverse mode (record mode none: the direct replay server, no
-proxy in the data path), the same through mitmproxy (record mode new_episodes keeps the
-replayer addon and its timed server), and mitmproxy's own server replay.
+proxy in the data path), in forward mode over plain HTTP (absolute-form requests) and over
+HTTPS (CONNECT, TLS with the CA of `ssetape ca`: the same direct server ends the tunnel), the
+same through mitmproxy (record mode new_episodes keeps the replayer addon and its timed
+server), and mitmproxy's own server replay.
 
 Records 20 distinct chat streams (40 events, ~20 ms apart, with jitter) from the simulator
 through `ssetape record` (and the same through `mitmdump -w` for mitmproxy's server replay),
 stops the simulator, then replays them with N concurrent clients (request i uses recording
-i % 20). Errors against the recorded offsets, measured at the client: time to first byte,
-and each inter-event gap. The client is a minimal asyncio HTTP/1.1 client so that the
-measurement itself costs little CPU.
+i % 20). Errors against the recorded offsets, measured at the client from the moment the
+request was sent (after any tunnel and handshake): time to first byte, and each inter-event
+gap. Then `--speed 0`: each recording alone, the time until its last byte (goal: < 50 ms).
+The client is a minimal asyncio HTTP/1.1 client so that the measurement itself costs little.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -40,12 +45,32 @@ def body(i: int, events: int) -> bytes:
     })  # fmt: skip
 
 
-async def fetch(port: int, payload: bytes) -> tuple[float, list[float], bytes]:
+@dataclass(frozen=True)
+class Way:
+    """How the client reaches the replayer: ``origin`` is the recorded upstream's
+    host:port, which forward-mode requests name; ``tls`` (forward only) tunnels with CONNECT."""
+
+    forward: bool = False
+    tls: ssl.SSLContext | None = None
+    origin: str = ""
+
+
+REVERSE = Way()
+
+
+async def fetch(port: int, payload: bytes, way: Way = REVERSE) -> tuple[float, list[float], bytes]:
     """(time to first byte, arrival time of each SSE block, body), from request sent."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    target = b"/v1/chat/completions"
+    if way.tls is not None:
+        writer.write(b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n\r\n" % ((way.origin.encode(),) * 2))
+        await reader.readuntil(b"\r\n\r\n")
+        await writer.start_tls(way.tls, server_hostname=way.origin.split(":")[0])
+    elif way.forward:
+        target = b"http://" + way.origin.encode() + target
     writer.write(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(payload), payload)
+        b"POST %s HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (target, len(payload), payload)
     )
     await writer.drain()
     t0 = time.perf_counter()
@@ -87,8 +112,10 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run_round(port: int, n: int, events: int, offsets: list[list[float]],
-                    ttfbs: list[float]) -> dict[str, float]:  # fmt: skip
-    results = await asyncio.gather(*(fetch(port, body(i % RECORDINGS, events)) for i in range(n)))
+                    ttfbs: list[float], way: Way) -> dict[str, float]:  # fmt: skip
+    results = await asyncio.gather(
+        *(fetch(port, body(i % RECORDINGS, events), way) for i in range(n))
+    )
     ttfb_err, gap_err = [], []
     for i, (ttfb, times, _) in enumerate(results):
         rec = offsets[i % RECORDINGS]
@@ -104,6 +131,16 @@ async def run_round(port: int, n: int, events: int, offsets: list[list[float]],
     }  # fmt: skip
 
 
+async def at_once(port: int, events: int, way: Way) -> float:
+    """Speed 0: the longest any recording takes to arrive whole (ms from the request sent),
+    one at a time."""
+    worst = 0.0
+    for i in range(RECORDINGS):
+        ttfb, times, _ = await fetch(port, body(i, events), way)
+        worst = max(worst, ttfb, *times)
+    return worst * 1000
+
+
 async def record_all(port: int, events: int) -> None:
     await asyncio.gather(*(fetch(port, body(i, events)) for i in range(RECORDINGS)))
 
@@ -112,6 +149,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=40)
     ap.add_argument("--concurrency", default="1,20,200")
+    ap.add_argument("--only", default="", help="targets to run (comma-separated names)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="ssetape-bench-"))
@@ -139,29 +177,48 @@ def main() -> None:
     store.close()
 
     table: list[tuple[str, int, dict[str, float]]] = []
+    origin = f"127.0.0.1:{sim_port}"
+    tls = ssl.create_default_context(cafile=conf / "mitmproxy-ca-cert.pem")
+    reverse, forward, https = REVERSE, Way(forward=True, origin=origin), Way(True, tls, origin)
+
+    def ssetape(port: int, mode: str, *more: str) -> list[str]:
+        return [str(BIN / "ssetape"), "replay", "--db", str(db), "--port", str(port),
+                "--mode", mode, "--confdir", str(conf), *more]  # fmt: skip
+
+    # (command, how the client reaches it); new_episodes may forward, so it keeps mitmproxy.
     targets = {
-        "ssetape replay": lambda port: [str(BIN / "ssetape"), "replay", "--db", str(db),
-                                        "--port", str(port), "--mode", f"reverse:{up}",
-                                        "--confdir", str(conf)],
-        # new_episodes may forward, so this one keeps mitmproxy in the data path.
-        "ssetape replay, via mitmproxy": lambda port: [
-            str(BIN / "ssetape"), "replay", "--db", str(db), "--port", str(port), "--mode",
-            f"reverse:{up}", "--confdir", str(conf), "--record-mode", "new_episodes"],
-        "mitmdump --server-replay": lambda port: [
-            str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-port", str(port),
+        "ssetape replay (reverse)": (lambda p, *a: ssetape(p, f"reverse:{up}", *a), reverse),
+        "ssetape replay (forward HTTP)": (lambda p, *a: ssetape(p, "regular", *a), forward),
+        "ssetape replay (forward HTTPS)": (lambda p, *a: ssetape(p, "regular", *a), https),
+        "ssetape replay via mitmproxy (reverse)": (lambda p, *a: ssetape(
+            p, f"reverse:{up}", "--record-mode", "new_episodes", *a), reverse),
+        "ssetape replay via mitmproxy (forward HTTPS)": (lambda p, *a: ssetape(
+            p, "regular", "--record-mode", "new_episodes", *a), https),
+        "mitmdump --server-replay (reverse)": (lambda p, *a: [
+            str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-port", str(p),
             "--server-replay", str(flows), "--set", "server_replay_reuse=true",
             "--set", "server_replay_extra=kill", "--set", "connection_strategy=lazy",
-            "--set", f"confdir={conf}"],
+            "--set", f"confdir={conf}"], reverse),
     }  # fmt: skip
-    for name, cmd in targets.items():
+    only = {t.strip() for t in args.only.split(",") if t.strip()}
+    instant: list[tuple[str, float]] = []
+    for name, (cmd, way) in targets.items():
+        if only and not any(o in name for o in only):
+            continue
         port = free_port()
         with process(cmd(port), port):
             time.sleep(0.5)
-            asyncio.run(run_round(port, 1, args.events, offsets, ttfbs))  # warm-up
+            asyncio.run(run_round(port, 1, args.events, offsets, ttfbs, way))  # warm-up
             for n in levels:
                 table.append((name, n, asyncio.run(run_round(port, n, args.events, offsets,
-                                                             ttfbs))))  # fmt: skip
+                                                             ttfbs, way))))  # fmt: skip
                 print(f"done: {name} x{n}", file=sys.stderr)
+        if name.startswith("mitmdump"):
+            continue  # it keeps no timing: its every answer is already "at once"
+        port = free_port()
+        with process(cmd(port, "--speed", "0"), port):
+            asyncio.run(at_once(port, args.events, way))  # warm-up
+            instant.append((name, asyncio.run(at_once(port, args.events, way))))
 
     print(f"\n{RECORDINGS} recordings x {args.events} events (~20 ms gaps); absolute error "
           "against the recorded timing, ms\n")  # fmt: skip
@@ -171,6 +228,11 @@ def main() -> None:
     for name, n, r in table:
         print(f"| {name} | {n} | {r['ttfb_p50']:.2f} | {r['ttfb_p95']:.2f} | {r['gap_p50']:.2f} "
               f"| {r['gap_p95']:.2f} | {r['gap_max']:.2f} |")  # fmt: skip
+    print(f"\n--speed 0: slowest of the {RECORDINGS} recordings to arrive whole (one at a time; "
+          "recorded: ~0.8 s each), ms\n")  # fmt: skip
+    print("| replayer | slowest, ms |\n|---|---:|")
+    for name, ms in instant:
+        print(f"| {name} | {ms:.1f} |")
 
 
 if __name__ == "__main__":

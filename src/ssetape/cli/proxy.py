@@ -241,11 +241,13 @@ def replay(
     if fault:  # the timed server behind mitmproxy reads them from the environment
         os.environ[FAULTS_ENV] = "\n".join(fault)
     beside = viewer(web, db)
-    if mode.startswith("reverse:") and not common["sets"] and _nothing_to_forward(db, record_mode):
+    # Nothing can go upstream: ssetape's own server answers, forward or reverse, with no proxy
+    # in the data path. `--set` asks for mitmproxy's options, so it keeps mitmproxy.
+    if not common["sets"] and _nothing_to_forward(db, record_mode):
         serve_beside(lambda: _replay_direct(
             db, validate_mode(mode), common["host"], common["port"], speed, ignore_field,
             match_host, repeat, allow_gaps, common["redact_header"], common["redact_field"],
-            beside, faults,
+            beside, faults, common["confdir"],
         ), beside)  # fmt: skip
         return
     replayer = Replayer()
@@ -299,18 +301,12 @@ def _replay_direct(
     redact_field: tuple[str, ...],
     beside: Beside | None,
     faults: Faults | None = None,
+    confdir: str | None = None,
 ) -> None:
-    def ready(h: str, p: int) -> None:
-        click.echo(
-            f"ssetape replay: listening on http://{h}:{p} ({mode}); db {shown(db)}; "
-            f"point your client's base_url at http://{h}:{p}"
-        )
-        sys.stdout.flush()
-
     try:
         run_front(
             db,
-            mode.partition(":")[2],
+            mode.partition(":")[2],  # empty in forward mode ("regular")
             host=host,
             port=port,
             speed=speed,
@@ -320,8 +316,9 @@ def _replay_direct(
             allow_gaps=allow_gaps,
             redact_headers=list(redact_header),
             redact_fields=list(redact_field),
-            on_ready=with_viewer(ready, beside),
+            on_ready=with_viewer(announce("replay", db, mode), beside),
             faults=faults or None,
+            confdir=confdir,
         )
     except (StoreError, ValueError) as e:
         raise click.ClickException(str(e)) from None

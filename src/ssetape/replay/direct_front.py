@@ -1,17 +1,21 @@
-"""Reverse-mode replay without mitmproxy in the data path: what `ssetape replay` runs when
-nothing will be forwarded (record mode `none`, or `once` with a tape).
+"""Replay without mitmproxy in the data path: what `ssetape replay` runs when nothing will be
+forwarded (record mode `none`, or `once` with a tape).
 
 Every chunk that mitmproxy relays costs its event loop tens of microseconds, so with a few
-hundred timed streams a proxy in the path is what makes events late. When the client talks
-plain HTTP to ssetape (reverse mode) and no request may go upstream, this server matches and
-plays recordings itself: the same matching (:class:`~ssetape.replay.request_index.RequestIndex`),
-the same miss answer and the same player as the timed server behind the replayer addon.
-Forward mode, HTTPS interception and the record modes that forward keep using mitmproxy.
+hundred timed streams a proxy in the path is what makes events late. When no request may go
+upstream, this server matches and plays recordings itself: the same matching
+(:class:`~ssetape.replay.request_index.RequestIndex`), the same miss answer and the same player
+as the timed server behind the replayer addon. It serves reverse mode (the client's base URL
+points here) and forward mode (HTTP_PROXY / HTTPS_PROXY point here: absolute-form requests,
+and CONNECT tunnels it ends with TLS itself, with leaf certificates from the CA of
+`ssetape ca`, speaking HTTP/1.1 or HTTP/2 as the client chooses). Record modes that forward,
+and other proxy modes, keep using mitmproxy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -22,7 +26,8 @@ from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
 from ssetape.replay.faults import Faults
-from ssetape.replay.http_server import HttpServer, error_response, raise_fd_limit
+from ssetape.replay.http_server import HttpServer, TlsFor, error_response, raise_fd_limit
+from ssetape.replay.leaf_certificates import LeafCertificates
 from ssetape.replay.player import Player
 from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.store import Store
@@ -45,14 +50,16 @@ class DirectFront:
         allow_gaps: bool = False,
         on_incomplete: Callable[[int, str], object] | None = None,
         faults: Faults | None = None,
+        tls: TlsFor | None = None,
     ) -> None:
         self.faults = faults
         self.player = Player(
             store, allow_gaps=allow_gaps, on_incomplete=on_incomplete, faults=faults
         )
-        self.http = HttpServer(self.respond)
+        self.http = HttpServer(self.respond, tls=tls)
         self.index = index
-        # Recordings made in reverse mode carry the upstream's host, not the Host header.
+        # Recordings made in reverse mode carry the upstream's host, not the Host header;
+        # forward mode (no upstream) takes it from each request's absolute URL.
         self.host = urlsplit(upstream).hostname or ""
         self.port = urlsplit(upstream).port  # shown in a miss's message
         self.speed = speed
@@ -80,8 +87,11 @@ class DirectFront:
             error_response(writer, 400, "ssetape: malformed request line")
             return False
         host, t0 = self.origin(headers, t0)
+        port = self.port
         method = request_line[0].decode("latin-1")
         target = request_line[1].decode("latin-1")
+        if target[:1] != "/" and "://" in target:  # a forward proxy's request, or a tunnel's
+            host, port, target = _absolute(target)
         # Before the lookup: a refused attempt leaves the recording for the client's retry.
         if self.faults and (refusal := self.faults.refusal(target)) is not None:
             writer.write(refusal)
@@ -91,14 +101,12 @@ class DirectFront:
             # Known requests with small bodies are matched right here; anything that needs
             # the database or much hashing goes to a worker thread.
             found = (
-                self.index.lookup(
-                    method, host, target, body or None, may_query=False, port=self.port
-                )
+                self.index.lookup(method, host, target, body or None, may_query=False, port=port)
                 if len(body) <= INLINE_BODY
                 else None
             )
             if found is None:
-                lookup = partial(self.index.lookup, port=self.port)
+                lookup = partial(self.index.lookup, port=port)
                 found = await loop.run_in_executor(None, lookup, method, host, target, body or None)
         except Exception as e:
             log.exception("ssetape: replay lookup failed")
@@ -131,6 +139,14 @@ class DirectFront:
                 log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
 
 
+def _absolute(target: str) -> tuple[str, int, str]:
+    """(host, port, origin-form target) of an absolute-form request target."""
+    u = urlsplit(target)
+    rest = target.split("://", 1)[1]
+    path = rest[rest.find("/") :] if "/" in rest else "/"
+    return u.hostname or "", u.port or (443 if u.scheme == "https" else 80), path
+
+
 def run_front(
     db: str,
     upstream: str,
@@ -146,16 +162,27 @@ def run_front(
     redact_fields: list[str],
     on_ready: Callable[[str, int], None],
     faults: Faults | None = None,
+    confdir: str | None = None,
 ) -> None:
-    """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError)."""
+    """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError).
+
+    ``upstream`` empty: forward mode, HTTPS tunnels ended with the CA in ``confdir``."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
     check_paths("--ignore-field", ignore)
     check_paths("--redact-field", redact_fields)
     store = Store.open(db, create=False)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(store.close)
         redactor = store.redactor(redact_headers, redact_fields)
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
-        front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults)
+        tls: TlsFor | None = None
+        if not upstream and confdir is not None:
+            leaves = LeafCertificates(confdir)
+            stack.callback(leaves.close)
+            tls = leaves.context
+        front = DirectFront(
+            store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults, tls=tls
+        )
         front.preload()
         raise_fd_limit()  # as the proxy does: a burst of replayed streams takes descriptors
         # What exists now (modules, the loaded tape) lives as long as the process: full
@@ -163,5 +190,3 @@ def run_front(
         gc.collect()
         gc.freeze()
         asyncio.run(front.serve(host, port, on_ready))
-    finally:
-        store.close()

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import resource
+import ssl
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
+from ssetape.replay.h2_server import H2Server
 
 __all__ = [
     "BadRequest",
@@ -30,6 +34,10 @@ Responder = Callable[
     [asyncio.StreamWriter, list[bytes], dict[bytes, bytes], bytes], Awaitable[bool]
 ]
 
+
+# A host name -> the TLS server context for a tunnel to it (forward-mode HTTPS).
+TlsFor = Callable[[str], ssl.SSLContext]
+log = logging.getLogger("ssetape.replay")
 
 HEAD_TIMEOUT = 60.0  # seconds a connection may take to send a request head, or wait for one
 
@@ -52,20 +60,38 @@ def raise_fd_limit(cap: int = 1 << 16) -> int:
 class HttpServer:
     """Serves one :data:`Responder` over HTTP/1.1 keep-alive connections."""
 
-    def __init__(self, respond: Responder, *, head_timeout: float = HEAD_TIMEOUT) -> None:
+    def __init__(
+        self, respond: Responder, *, head_timeout: float = HEAD_TIMEOUT, tls: TlsFor | None = None
+    ) -> None:
         self.respond = respond
         self.head_timeout = head_timeout
+        # Forward mode: CONNECT opens a tunnel that this server ends with TLS itself (the
+        # leaf certificates of `ssetape ca`); requests in it are matched on its host.
+        self.tls = tls
+        self.refused_tls = 0  # handshakes clients refused (they do not trust the CA)
         self.server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open.add(writer)
+        tunnel: bytes | None = None  # the authority of the CONNECT this connection carries
         try:
             while True:
                 # A client that never completes a head (or sits idle between requests) does
                 # not hold its connection for good.
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
                 request_line, headers = parse_head(head)
+                if self.tls is not None and tunnel is None and request_line[0] == b"CONNECT":
+                    tunnel = request_line[1] if len(request_line) > 1 else b""
+                    if not await self._open_tunnel(writer, tunnel):
+                        break
+                    if _alpn(writer) == "h2":
+                        await H2Server(self.respond, reader, writer, tunnel,
+                                       self.head_timeout).serve()  # fmt: skip
+                        break
+                    continue
+                if tunnel is not None and request_line[1:2] and request_line[1][:1] == b"/":
+                    request_line[1] = b"https://" + tunnel + request_line[1]
                 try:
                     body = await read_body(reader, headers, self.head_timeout)
                 except BadRequest as e:
@@ -87,10 +113,37 @@ class HttpServer:
             self._open.discard(writer)
             writer.close()
 
-    async def start(self, host: str, port: int) -> int:
+    async def _open_tunnel(self, writer: asyncio.StreamWriter, authority: bytes) -> bool:
+        """Answer CONNECT and end its TLS here: False if the handshake failed."""
+        assert self.tls is not None
+        host = urlsplit("//" + authority.decode("latin-1")).hostname or ""
+        if not host:
+            error_response(writer, 400, "ssetape: CONNECT names no host")
+            return False
+        # A new host's certificate is signed on first use: not on the loop.
+        ctx = await asyncio.get_running_loop().run_in_executor(None, self.tls, host)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        try:
+            await asyncio.wait_for(writer.start_tls(ctx), self.head_timeout)
+        except (ssl.SSLError, OSError, TimeoutError) as e:
+            self.refused_tls += 1
+            if self.refused_tls == 1:
+                log.warning(
+                    "ssetape: a client ended TLS for %s (%s); does it trust the CA that "
+                    "`ssetape ca` shows?", host, getattr(e, "reason", None) or type(e).__name__,
+                )  # fmt: skip
+            return False
+        return True
+
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
         """Listen; the port it listens on."""
         # A burst of a few hundred clients must not overflow the default backlog (100).
-        self.server = await asyncio.start_server(self.handle, host, port, backlog=4096)
+        # reuse_port: several processes listen on this one port, the kernel spreads the
+        # connections among them (`ssetape replay --workers`).
+        self.server = await asyncio.start_server(
+            self.handle, host, port, backlog=4096, reuse_port=reuse_port or None
+        )
         bound: int = self.server.sockets[0].getsockname()[1]
         return bound
 
@@ -117,6 +170,11 @@ def error_response(
         b"HTTP/1.1 %d Error\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
         % (status, content_type.encode(), len(data), extra, data)
     )
+
+
+def _alpn(writer: asyncio.StreamWriter) -> str | None:
+    ssl_object = writer.get_extra_info("ssl_object")
+    return ssl_object.selected_alpn_protocol() if ssl_object is not None else None
 
 
 def parse_head(head: bytes) -> tuple[list[bytes], dict[bytes, bytes]]:

@@ -156,7 +156,8 @@ def test_the_stats_page_draws_its_table_and_charts(
     page.goto(web.url + "/")
     page.click("nav >> text=stats")
     page.click("#by >> text=by model")
-    assert page.url.endswith("/stats?by=model")
+    # The click returns once the navigation commits; the new table exists only once it loads.
+    page.wait_for_url("**/stats?by=model", wait_until="load")
     groups = page.locator("#groups tbody tr").evaluate_all("rs => rs.map(r => r.dataset.group)")
     assert sorted(groups) == sorted({x.model or "-" for x in tape.exchanges()})
     assert page.locator("svg.chart").count() == 3 and page.locator("g.spread").count() > 0

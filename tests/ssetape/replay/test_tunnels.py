@@ -1,0 +1,129 @@
+"""Forward-mode tunnels of the direct replay server, in process: CONNECT, TLS with leaf
+certificates from the confdir's CA, then HTTP/1.1 or HTTP/2 as the client chooses. The
+responder writes HTTP/1.1, as the player does; the HTTP/2 side must carry it whole, within
+the client's flow-control window, and end a cut response as a cut."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ssetape.replay.http_server import HttpServer
+from ssetape.replay.leaf_certificates import LeafCertificates
+
+SERVERS: dict[str, HttpServer] = {}
+BIG = bytes(range(256)) * 1200  # 300 KiB: several times HTTP/2's initial window (64 KiB)
+
+
+async def respond(
+    writer: asyncio.StreamWriter, line: list[bytes], headers: dict[bytes, bytes], body: bytes
+) -> bool:
+    """What a replay server writes, chosen by path; the request line is echoed back."""
+    path = line[1].split(b"/", 3)[-1]
+    if path == b"big":
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(BIG) + BIG)
+    elif path == b"chunked":
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n")  # fmt: skip
+        for i in range(3):
+            await asyncio.sleep(0.01)
+            data = b"data: %d\n\n" % i
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+        writer.write(b"0\r\n\r\n")
+    elif path == b"cut":
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        writer.transport.abort()  # the recording ended here
+        return False
+    else:
+        echo = b" ".join(line) + b" " + headers.get(b"host", b"") + b" " + body
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(echo), echo))
+    await writer.drain()
+    return True
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.SSLContext]]:
+    confdir = tmp_path_factory.mktemp("conf")
+    leaves = LeafCertificates(confdir)
+    server = HttpServer(respond, tls=leaves.context)
+    loop = asyncio.new_event_loop()
+    port = loop.run_until_complete(server.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    SERVERS[f"http://127.0.0.1:{port}"] = server
+    yield (
+        f"http://127.0.0.1:{port}",
+        ssl.create_default_context(cafile=Path(confdir) / "mitmproxy-ca-cert.pem"),
+    )
+    asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    leaves.close()
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_a_tunnel_carries_requests_named_by_its_host(
+    proxy: tuple[str, ssl.SSLContext], http2: bool
+) -> None:
+    url, ca = proxy
+    with httpx.Client(proxy=url, verify=ca, http2=http2, timeout=10) as c:
+        for host in ("api.example.com", "127.0.0.1"):  # a name and an address: both verify
+            r = c.post(f"https://{host}:8443/v1/echo?x=1", content=b"hi")
+            proto = b"HTTP/2" if http2 else b"HTTP/1.1"
+            assert r.content.split(b" ")[:3] == [
+                b"POST",
+                f"https://{host}:8443/v1/echo?x=1".encode(),
+                proto,
+            ]
+            assert r.content.endswith(b" hi") and r.http_version == proto.decode()
+        # Plain HTTP through the same proxy: the absolute-form request as the client sent it.
+        assert c.get("http://api.example.com/v1/echo").content.startswith(
+            b"GET http://api.example.com/v1/echo HTTP/1.1"
+        )
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_bodies_past_the_window_and_chunked_streams_arrive_whole(
+    proxy: tuple[str, ssl.SSLContext], http2: bool
+) -> None:
+    url, ca = proxy
+    with httpx.Client(proxy=url, verify=ca, http2=http2, timeout=10) as c:
+        assert c.get("https://api.example.com/big").content == BIG
+        with c.stream("GET", "https://api.example.com/chunked") as r:
+            pieces = list(r.iter_raw())
+        assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+        assert "transfer-encoding" not in r.headers or not http2
+        # Several streams at once on one HTTP/2 connection.
+        assert c.get("https://api.example.com/big").content == BIG
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_a_cut_response_is_a_cut_not_an_end(proxy: tuple[str, ssl.SSLContext], http2: bool) -> None:
+    url, ca = proxy
+    with (
+        httpx.Client(proxy=url, verify=ca, http2=http2, timeout=10) as c,
+        pytest.raises(httpx.RemoteProtocolError),
+        c.stream("GET", "https://api.example.com/cut") as r,
+    ):
+        r.read()
+
+
+def test_a_client_that_does_not_trust_the_ca_is_refused_and_counted(
+    proxy: tuple[str, ssl.SSLContext],
+) -> None:
+    url, _ = proxy
+    before = SERVERS[url].refused_tls
+    with httpx.Client(proxy=url, timeout=10) as c, pytest.raises(httpx.ConnectError):
+        c.get("https://api.example.com/v1/echo")  # the system's CAs only
+    deadline = time.monotonic() + 10
+    while SERVERS[url].refused_tls == before and time.monotonic() < deadline:
+        time.sleep(0.01)  # the server hears of it once the client has hung up
+    assert SERVERS[url].refused_tls == before + 1
