@@ -5,8 +5,8 @@
 Targets: `ssetape replay` in reverse mode (record mode none: the direct replay server, no
 proxy in the data path), in forward mode over plain HTTP (absolute-form requests) and over
 HTTPS (CONNECT, TLS with the CA of `ssetape ca`: the same direct server ends the tunnel), the
-same through mitmproxy (record mode new_episodes keeps the replayer addon and its timed
-server), and mitmproxy's own server replay.
+same with two processes on the port (`--workers 2`), the same through mitmproxy (record mode
+new_episodes keeps the replayer addon and its timed server), and mitmproxy's own server replay.
 
 Records 20 distinct chat streams (40 events, ~20 ms apart, with jitter) from the simulator
 through `ssetape record` (and the same through `mitmdump -w` for mitmproxy's server replay),
@@ -58,15 +58,27 @@ class Way:
 REVERSE = Way()
 
 
-async def fetch(port: int, payload: bytes, way: Way = REVERSE) -> tuple[float, list[float], bytes]:
-    """(time to first byte, arrival time of each SSE block, body), from request sent."""
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def connect(port: int, way: Way = REVERSE) -> Conn:
+    """A connection to the replayer (through its tunnel and TLS handshake, for HTTPS)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    target = b"/v1/chat/completions"
     if way.tls is not None:
         writer.write(b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n\r\n" % ((way.origin.encode(),) * 2))
         await reader.readuntil(b"\r\n\r\n")
         await writer.start_tls(way.tls, server_hostname=way.origin.split(":")[0])
-    elif way.forward:
+    return reader, writer
+
+
+async def fetch(
+    port: int, payload: bytes, way: Way = REVERSE, conn: Conn | None = None
+) -> tuple[float, list[float], bytes]:
+    """(time to first byte, arrival time of each SSE block, body), from request sent; on
+    ``conn`` if given (connected beforehand), else on a new connection."""
+    reader, writer = conn or await connect(port, way)
+    target = b"/v1/chat/completions"
+    if way.forward and way.tls is None:
         target = b"http://" + way.origin.encode() + target
     writer.write(
         b"POST %s HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
@@ -112,9 +124,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run_round(port: int, n: int, events: int, offsets: list[list[float]],
-                    ttfbs: list[float], way: Way) -> dict[str, float]:  # fmt: skip
+                    ttfbs: list[float], way: Way,
+                    warm: bool = False) -> dict[str, float]:  # fmt: skip
+    """N streams at once; ``warm``: every connection (and tunnel, and handshake) is made
+    first and the N requests then go out together, as from clients that keep connections."""
+    conns: list[Conn | None] = [None] * n
+    if warm:
+        conns = list(await asyncio.gather(*(connect(port, way) for _ in range(n))))
     results = await asyncio.gather(
-        *(fetch(port, body(i % RECORDINGS, events), way) for i in range(n))
+        *(fetch(port, body(i % RECORDINGS, events), way, conns[i]) for i in range(n))
     )
     ttfb_err, gap_err = [], []
     for i, (ttfb, times, _) in enumerate(results):
@@ -150,6 +168,11 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=40)
     ap.add_argument("--concurrency", default="1,20,200")
     ap.add_argument("--only", default="", help="targets to run (comma-separated names)")
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="connect (tunnel, handshake) every client before the burst of requests",
+    )
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="ssetape-bench-"))
@@ -190,6 +213,12 @@ def main() -> None:
         "ssetape replay (reverse)": (lambda p, *a: ssetape(p, f"reverse:{up}", *a), reverse),
         "ssetape replay (forward HTTP)": (lambda p, *a: ssetape(p, "regular", *a), forward),
         "ssetape replay (forward HTTPS)": (lambda p, *a: ssetape(p, "regular", *a), https),
+        "ssetape replay --workers 2 (reverse)": (
+            lambda p, *a: ssetape(p, f"reverse:{up}", "--workers", "2", *a), reverse),
+        "ssetape replay --workers 2 (forward HTTP)": (
+            lambda p, *a: ssetape(p, "regular", "--workers", "2", *a), forward),
+        "ssetape replay --workers 2 (forward HTTPS)": (
+            lambda p, *a: ssetape(p, "regular", "--workers", "2", *a), https),
         "ssetape replay via mitmproxy (reverse)": (lambda p, *a: ssetape(
             p, f"reverse:{up}", "--record-mode", "new_episodes", *a), reverse),
         "ssetape replay via mitmproxy (forward HTTPS)": (lambda p, *a: ssetape(
@@ -211,7 +240,7 @@ def main() -> None:
             asyncio.run(run_round(port, 1, args.events, offsets, ttfbs, way))  # warm-up
             for n in levels:
                 table.append((name, n, asyncio.run(run_round(port, n, args.events, offsets,
-                                                             ttfbs, way))))  # fmt: skip
+                                                             ttfbs, way, args.warm))))  # fmt: skip
                 print(f"done: {name} x{n}", file=sys.stderr)
         if name.startswith("mitmdump"):
             continue  # it keeps no timing: its every answer is already "at once"

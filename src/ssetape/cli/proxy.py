@@ -220,6 +220,14 @@ def record(web: int | None, **common: Any) -> None:
     metavar="SPEC",
     help=f"Serve a real outage at a chosen point (repeatable): {EXAMPLES}.",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Replay processes sharing the port, for bursts of hundreds of streams (when nothing "
+    "is forwarded). Each keeps its own order for a request recorded several times.",
+)
 @web_option
 def replay(
     speed: float,
@@ -229,6 +237,7 @@ def replay(
     repeat: bool,
     allow_gaps: bool,
     fault: tuple[str, ...],
+    workers: int,
     web: int | None,
     **common: Any,
 ) -> None:
@@ -243,13 +252,26 @@ def replay(
     beside = viewer(web, db)
     # Nothing can go upstream: ssetape's own server answers, forward or reverse, with no proxy
     # in the data path. `--set` asks for mitmproxy's options, so it keeps mitmproxy.
+    if workers > 1 and fault:
+        raise click.BadParameter(
+            "faults are served in order by one process", param_hint="--workers"
+        )
     if not common["sets"] and _nothing_to_forward(db, record_mode):
-        serve_beside(lambda: _replay_direct(
-            db, validate_mode(mode), common["host"], common["port"], speed, ignore_field,
-            match_host, repeat, allow_gaps, common["redact_header"], common["redact_field"],
-            beside, faults, common["confdir"],
-        ), beside)  # fmt: skip
+        front: dict[str, Any] = {
+            "host": common["host"], "port": common["port"], "speed": speed,
+            "ignore": list(ignore_field), "match_host": match_host, "repeat": repeat,
+            "allow_gaps": allow_gaps, "redact_headers": list(common["redact_header"]),
+            "redact_fields": list(common["redact_field"]), "faults": faults or None,
+            "confdir": common["confdir"], "workers": workers,
+        }  # fmt: skip
+        serve_beside(lambda: _replay_direct(db, validate_mode(mode), beside, front), beside)
         return
+    if workers > 1:
+        raise click.BadParameter(
+            "more than one worker needs a replay that forwards nothing (record mode none, "
+            "or once with a tape) and no --set",
+            param_hint="--workers",
+        )
     replayer = Replayer()
     runner = proxy_runner(
         [ConnectionGuard(), replayer, Recorder()],
@@ -287,43 +309,19 @@ def _nothing_to_forward(db: str, record_mode: str) -> bool:
         store.close()
 
 
-def _replay_direct(
-    db: str,
-    mode: str,
-    host: str,
-    port: int,
-    speed: float,
-    ignore: tuple[str, ...],
-    match_host: bool,
-    repeat: bool,
-    allow_gaps: bool,
-    redact_header: tuple[str, ...],
-    redact_field: tuple[str, ...],
-    beside: Beside | None,
-    faults: Faults | None = None,
-    confdir: str | None = None,
-) -> None:
+def _replay_direct(db: str, mode: str, beside: Beside | None, front: dict[str, Any]) -> None:
     try:
         run_front(
             db,
             mode.partition(":")[2],  # empty in forward mode ("regular")
-            host=host,
-            port=port,
-            speed=speed,
-            ignore=list(ignore),
-            match_host=match_host,
-            repeat=repeat,
-            allow_gaps=allow_gaps,
-            redact_headers=list(redact_header),
-            redact_fields=list(redact_field),
             on_ready=with_viewer(announce("replay", db, mode), beside),
-            faults=faults or None,
-            confdir=confdir,
+            **front,
         )
-    except (StoreError, ValueError) as e:
+    except (StoreError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        where = f"{front['host']}:{front['port']}"
+        raise click.ClickException(f"cannot listen on {where}: {e.strerror}") from None
 
 
 @click.command()

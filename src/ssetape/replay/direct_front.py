@@ -19,13 +19,17 @@ import contextlib
 import gc
 import logging
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
 from ssetape.replay.faults import Faults
+from ssetape.replay.front_workers import FrontWorkers, WorkerSpec
 from ssetape.replay.http_server import HttpServer, TlsFor, error_response, raise_fd_limit
 from ssetape.replay.leaf_certificates import LeafCertificates
 from ssetape.replay.player import Player
@@ -122,21 +126,49 @@ class DirectFront:
         error_response(writer, 404, found.body(), "application/json", miss)
         return True
 
-    async def serve(self, host: str, port: int, on_ready: Callable[[str, int], None]) -> None:
-        await self.http.start(host, port)
+    async def serve(
+        self,
+        host: str,
+        port: int,
+        on_ready: Callable[[str, int], None],
+        *,
+        workers: tuple[FrontWorkers, WorkerSpec] | None = None,
+        worker: bool = False,
+    ) -> tuple[int, int]:
+        """Serve until SIGINT/SIGTERM: (requests replayed, requests missed), with those of
+        ``workers`` started on the same port. ``worker``: this is one of them (it shares the
+        port, stops when its standard input closes too, and leaves the summary to worker 0)."""
+        bound = await self.http.start(host, port, reuse_port=worker or workers is not None)
         assert self.http.server is not None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        addr = self.http.server.sockets[0].getsockname()
-        on_ready(addr[0], addr[1])
+        if worker:
+            threading.Thread(target=_stop_at_eof, args=(loop, stop), daemon=True).start()
         try:
+            if workers is not None:
+                pool, spec = workers
+                await loop.run_in_executor(None, pool.start, replace(spec, port=bound))
+            addr = self.http.server.sockets[0].getsockname()
+            on_ready(addr[0], addr[1])
             await stop.wait()
         finally:
             await self.http.stop()
-            if self.hits or self.misses:
-                log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
+            hits, misses = self.hits, self.misses
+            if workers is not None:
+                more = await loop.run_in_executor(None, workers[0].stop)
+                hits, misses = hits + more[0], misses + more[1]
+            if (hits or misses) and not worker:
+                log.info("ssetape: replayed %d, missed %d", hits, misses)
+        return hits, misses
+
+
+def _stop_at_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """A worker's parent went away when its standard input closes."""
+    sys.stdin.buffer.read()
+    with contextlib.suppress(RuntimeError):  # the loop already ended
+        loop.call_soon_threadsafe(stop.set)
 
 
 def _absolute(target: str) -> tuple[str, int, str]:
@@ -163,10 +195,14 @@ def run_front(
     on_ready: Callable[[str, int], None],
     faults: Faults | None = None,
     confdir: str | None = None,
-) -> None:
-    """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError).
+    workers: int = 1,
+    worker: bool = False,
+) -> tuple[int, int]:
+    """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError,
+    RuntimeError): (requests replayed, requests missed).
 
-    ``upstream`` empty: forward mode, HTTPS tunnels ended with the CA in ``confdir``."""
+    ``upstream`` empty: forward mode, HTTPS tunnels ended with the CA in ``confdir``.
+    ``workers``: processes sharing the port (:mod:`ssetape.replay.front_workers`)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
     check_paths("--ignore-field", ignore)
     check_paths("--redact-field", redact_fields)
@@ -189,4 +225,9 @@ def run_front(
         # collections, which stall every timer while they run, skip it.
         gc.collect()
         gc.freeze()
-        asyncio.run(front.serve(host, port, on_ready))
+        pool = None
+        if workers > 1:
+            spec = WorkerSpec(db, upstream, host, port, speed, ignore, match_host, repeat,
+                              allow_gaps, redact_headers, redact_fields, confdir)  # fmt: skip
+            pool = (FrontWorkers(workers - 1), spec)
+        return asyncio.run(front.serve(host, port, on_ready, workers=pool, worker=worker))
