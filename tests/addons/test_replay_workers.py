@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import orjson
-
-from tests.addons.test_replayer import CHAT, record
+from tests.addons.test_replayer import CHAT, closing_request, record
 from tests.conftest import SSETAPE, Proc, start_ssetape
 
 
@@ -31,21 +28,6 @@ def workers_of(pid: int) -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"front_workers" in cmdline:
             found.append(int(d.name))
     return found
-
-
-def ask(url: str, body: dict[str, object]) -> bytes:
-    """One request on its own connection (so the kernel may pick any worker)."""
-    host, port = url.removeprefix("http://").split(":")
-    payload = orjson.dumps(body)
-    with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(payload), payload)
-        )
-        got = b""
-        while chunk := s.recv(65536):
-            got += chunk
-    return got
 
 
 def gone(pids: list[int], within: float = 15.0) -> bool:
@@ -67,9 +49,9 @@ def test_workers_share_the_port_and_their_counts_add_up(
     )
     helpers = workers_of(proc.proc.pid)
     assert len(helpers) == 2
-    answers = [ask(proc.url, CHAT) for _ in range(60)]
+    answers = [closing_request(proc.url, CHAT) for _ in range(60)]
     assert all(a.startswith(b"HTTP/1.1 200") and raw[-20:] in a for a in answers)
-    assert ask(proc.url, {"other": 1}).startswith(b"HTTP/1.1 404")
+    assert closing_request(proc.url, {"other": 1}).startswith(b"HTTP/1.1 404")
     assert proc.stop() == 0
     assert b"ssetape: replayed 60, missed 1" in proc.log, proc.log.decode()
     assert gone(helpers)

@@ -276,23 +276,30 @@ def test_https_forward_replay_without_any_upstream(
     assert b"ssetape: replayed 1, missed 1" in proc.log  # what it did, on exit
 
 
-def test_replay_honours_connection_close(ssetape_proc: Callable[..., Proc], db: str) -> None:
-    """An HTTP/1.1 client that asks to close (curl -H 'Connection: close', HTTP/1.0 tools)
-    gets the recording and then end-of-file, not a hang."""
+def closing_request(url: str, body: dict[str, Any]) -> bytes:
+    """Everything a server sends for one request on its own ``connection: close`` socket,
+    to end-of-file (a hang would time out)."""
     import socket
 
-    upstream, [(_, raw, _)] = record(ssetape_proc, [("/v1/chat/completions", CHAT)], db)
-    proc = ssetape_proc("replay", "--speed", "0", "--mode", f"reverse:{upstream}", db=db)
-    host, port = proc.url.removeprefix("http://").split(":")
-    payload = orjson.dumps(CHAT)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
+    host, port = url.removeprefix("http://").split(":")
+    payload = orjson.dumps(body)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(payload), payload)
         )
         got = b""
-        while chunk := s.recv(65536):  # returns b"" at EOF; a hang would time out
+        while chunk := s.recv(65536):  # b"" at EOF
             got += chunk
+    return got
+
+
+def test_replay_honours_connection_close(ssetape_proc: Callable[..., Proc], db: str) -> None:
+    """An HTTP/1.1 client that asks to close (curl -H 'Connection: close', HTTP/1.0 tools)
+    gets the recording and then end-of-file, not a hang."""
+    upstream, [(_, raw, _)] = record(ssetape_proc, [("/v1/chat/completions", CHAT)], db)
+    proc = ssetape_proc("replay", "--speed", "0", "--mode", f"reverse:{upstream}", db=db)
+    got = closing_request(proc.url, CHAT)
     assert got.startswith(b"HTTP/1.1 200") and raw[-20:] in got
 
 
