@@ -25,7 +25,10 @@ def workers_of(pid: int) -> list[int]:
             cmdline = (d / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"front_workers" in cmdline:
+        if (
+            int(stat.rsplit(")", 1)[1].split()[1]) == pid
+            and b"ssetape.replay.direct_front" in cmdline
+        ):
             found.append(int(d.name))
     return found
 

@@ -18,22 +18,23 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
 from ssetape.replay.faults import Faults
 from ssetape.replay.front_workers import FrontWorkers, WorkerSpec
-from ssetape.replay.http_server import HttpServer, TlsFor, error_response, raise_fd_limit
-from ssetape.replay.leaf_certificates import LeafCertificates
+from ssetape.replay.http_server import HttpServer, error_response, raise_fd_limit
 from ssetape.replay.player import Player
 from ssetape.replay.request_index import RequestIndex
+from ssetape.replay.responder import TlsFor
 from ssetape.storage.store import Store
 from ssetape.vocabulary import INLINE_BODY, Header
 
@@ -213,6 +214,10 @@ def run_front(
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
         tls: TlsFor | None = None
         if not upstream and confdir is not None:
+            # Here only: certificates come from mitmproxy's CA store, which reverse-mode
+            # replay (and the pytest plugin's) never needs.
+            from ssetape.replay.leaf_certificates import LeafCertificates
+
             leaves = LeafCertificates(confdir)
             stack.callback(leaves.close)
             tls = leaves.context
@@ -231,3 +236,19 @@ def run_front(
                               allow_gaps, redact_headers, redact_fields, confdir)  # fmt: skip
             pool = (FrontWorkers(workers - 1), spec)
         return asyncio.run(front.serve(host, port, on_ready, workers=pool, worker=worker))
+
+
+def main() -> None:
+    """A worker of ``ssetape replay --workers N`` (see :mod:`ssetape.replay.front_workers`)."""
+    spec = WorkerSpec.from_line(sys.stdin.buffer.readline())
+
+    def ready(host: str, port: int) -> None:
+        print("ready", flush=True)
+
+    hits, misses = run_front(**asdict(spec), on_ready=ready, worker=True)
+    print(f"counts {hits} {misses}", flush=True)
+    os._exit(0)  # nothing left to flush; the thread that watches stdin may still wait
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ N processes that each listen on the same port (``SO_REUSEPORT``), each with its 
 connection, request index and player, so a burst costs each loop a share.
 
 The process that runs ``ssetape replay`` is worker 0; it starts the others as
-``python -m ssetape.replay.front_workers``, each reading its settings as one JSON line on
+``python -m ssetape.replay.direct_front``, each reading its settings as one JSON line on
 standard input (:class:`WorkerSpec`), printing ``ready`` once it listens, and ``counts HITS
 MISSES`` when it stops: on SIGTERM, or when its standard input closes (its parent went away).
 Each worker keeps its own order for a request recorded several times.
@@ -15,7 +15,6 @@ Each worker keeps its own order for a request recorded several times.
 from __future__ import annotations
 
 import contextlib
-import os
 import selectors
 import subprocess
 import sys
@@ -65,7 +64,7 @@ class FrontWorkers:
     def start(self, spec: WorkerSpec) -> None:
         """Start the workers and wait until each listens (blocking: call it off the loop).
         RuntimeError if one cannot."""
-        cmd = [sys.executable, "-m", "ssetape.replay.front_workers"]
+        cmd = [sys.executable, "-m", "ssetape.replay.direct_front"]
         for _ in range(self.count):
             p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             self.procs.append(p)
@@ -108,20 +107,3 @@ def _line(p: subprocess.Popen[bytes], timeout: float) -> bytes:
         if not sel.select(timeout):
             return b""
     return p.stdout.readline().strip()
-
-
-def main() -> None:
-    from ssetape.replay.direct_front import run_front
-
-    spec = WorkerSpec.from_line(sys.stdin.buffer.readline())
-
-    def ready(host: str, port: int) -> None:
-        print("ready", flush=True)
-
-    hits, misses = run_front(**asdict(spec), on_ready=ready, worker=True)
-    print(f"counts {hits} {misses}", flush=True)
-    os._exit(0)  # nothing left to flush; the thread that watches stdin may still wait
-
-
-if __name__ == "__main__":
-    main()

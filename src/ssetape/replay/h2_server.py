@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -28,9 +28,7 @@ from h2.events import (
 from h2.exceptions import H2Error
 
 from ssetape.recording.body_tap import BodyTap
-
-if TYPE_CHECKING:  # the HTTP/1.1 server hands connections over to this one
-    from ssetape.replay.http_server import Responder
+from ssetape.replay.responder import Responder
 
 __all__ = ["H2Server", "StreamTransport"]
 

@@ -12,31 +12,20 @@ import contextlib
 import logging
 import resource
 import ssl
-from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
-from ssetape.replay.h2_server import H2Server
+from ssetape.replay.responder import Responder, TlsFor
 
 __all__ = [
     "BadRequest",
     "HttpServer",
-    "Responder",
     "error_response",
     "parse_head",
     "raise_fd_limit",
     "read_body",
 ]
 
-# (writer, request line split in words, lower-cased header names -> values, body) -> whether
-# the connection may serve another request.
-Responder = Callable[
-    [asyncio.StreamWriter, list[bytes], dict[bytes, bytes], bytes], Awaitable[bool]
-]
-
-
-# A host name -> the TLS server context for a tunnel to it (forward-mode HTTPS).
-TlsFor = Callable[[str], ssl.SSLContext]
 log = logging.getLogger("ssetape.replay")
 
 HEAD_TIMEOUT = 60.0  # seconds a connection may take to send a request head, or wait for one
@@ -86,6 +75,9 @@ class HttpServer:
                     if not await self._open_tunnel(writer, tunnel):
                         break
                     if _alpn(writer) == "h2":
+                        # Here only: h2 comes with mitmproxy, which plain replay never needs.
+                        from ssetape.replay.h2_server import H2Server
+
                         await H2Server(self.respond, reader, writer, tunnel,
                                        self.head_timeout).serve()  # fmt: skip
                         break
