@@ -108,7 +108,6 @@ class Header(StrEnum):
     T0 = "x-ssetape-t0"  # when the proxy had the whole request (time.monotonic())
     SPEED = "x-ssetape-speed"
     TOKEN = "x-ssetape-token"  # only the proxy may ask the timed server for recordings
-    HOST = "x-ssetape-host"  # the host a forwarded request was meant for
     MISS = "x-ssetape-miss"  # on a replay miss's 404
     INCOMPLETE = "x-ssetape-incomplete"  # on a replay of a recording that misses something
     GAPS = "x-ssetape-gaps"  # "serve": replay past the recording's gaps (default: stop there)

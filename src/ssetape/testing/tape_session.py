@@ -1,9 +1,10 @@
 """What the pytest plugin's ``ssetape`` fixture gives a test: a cassette behind a proxy.
 
-Replaying (record mode ``none``, or ``once`` with a cassette) needs no mitmproxy: the cassette
-is imported into a private SQLite file and served from a thread of the test process, one
-server per upstream for ``base_url`` (reverse mode). Only ``proxy_url`` (forward mode, where
-HTTPS must be intercepted) starts a mitmproxy child, and only when a test asks for it.
+Replaying (record mode ``none``, or ``once`` with a cassette) needs no proxy process: the
+cassette is imported into a private SQLite file and served from a thread of the test process,
+one server per upstream for ``base_url`` (reverse mode), and one for ``proxy_url`` (forward
+mode) that ends HTTPS tunnels itself with leaf certificates of mitmproxy's CA (so that one
+needs mitmproxy installed, though it never runs it).
 
 Recording (``once`` without a cassette, ``new_episodes``, ``all``) runs real recording proxies
 (`ssetape replay --record-mode ...` children) into that SQLite file and writes the cassette
@@ -20,24 +21,23 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from ssetape.cassettes.cassette import Cassette
 from ssetape.matching import canonical_request, one_line
 from ssetape.redactor import Redactor, unmask
+from ssetape.replay.direct_front import DirectFront
 from ssetape.replay.faults import Fault, Faults
 from ssetape.replay.request_index import Miss, RequestIndex
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.testing.age import read_lines
-from ssetape.testing.cassette_front import CassetteFront
 from ssetape.testing.cassette_lock import cassette_lock, default_lock_dir
 from ssetape.testing.child_proxy import SSETAPE, ChildProxy, ChildProxyError
 from ssetape.testing.drift import RequestDrift, content_changes, field_drift, recordings
@@ -45,6 +45,9 @@ from ssetape.testing.loop_thread import LoopThread
 from ssetape.testing.stream_record import ServedIndex as _ServedIndex
 from ssetape.testing.stream_record import StreamRecord, read_records, recorded_ids
 from ssetape.vocabulary import MAX_BODY, RecordMode
+
+if TYPE_CHECKING:  # imported where a forward proxy needs it: mitmproxy's CA store
+    from ssetape.replay.leaf_certificates import LeafCertificates
 
 # What a miss tells the test's author to do, in pytest's words.
 PYTEST_HINT = (
@@ -136,7 +139,8 @@ class TapeSession:
         self._tmp: Path | None = None
         self._store: Store | None = None
         self._index: RequestIndex | None = None
-        self._fronts: dict[str, tuple[CassetteFront, int]] = {}  # origin -> (server, port)
+        self._fronts: dict[str, tuple[DirectFront, int]] = {}  # origin -> (server, port)
+        self._leaves: LeafCertificates | None = None  # the forward proxy's certificates
         self._children: dict[str, ChildProxy] = {}
         self._lines: dict[int, int] = {}
         self._incomplete: dict[int, str] = {}  # recordings replayed that miss something
@@ -197,6 +201,8 @@ class TapeSession:
         for front, _ in self._fronts.values():
             assert loop is not None
             loop.run(front.http.stop())
+        if self._leaves is not None:
+            self._leaves.close()
         problems = []
         for child in self._children.values():
             rc = child.stop()
@@ -258,24 +264,20 @@ class TapeSession:
     def proxy_url(self) -> str:
         """A forward proxy (``httpx.Client(proxy=...)``, ``HTTPS_PROXY``) for this cassette."""
         with self._lock:
+            if self.replaying:
+                if importlib.util.find_spec("mitmproxy") is None:
+                    # Tunnels end with leaves of mitmproxy's CA, made by its CA store.
+                    raise RuntimeError(
+                        "ssetape.proxy_url makes its HTTPS certificates with mitmproxy, which "
+                        "this test environment does not have: pass ssetape.base_url(upstream) "
+                        "to the client instead (replay then needs no certificate)"
+                    )
+                self.ca_file  # noqa: B018 - the CA exists before a leaf is signed with it
+                return f"http://127.0.0.1:{self._front(_FORWARD)}"
             child = self._children.get(_FORWARD)
             if child is None:
-                if self.replaying and importlib.util.find_spec("mitmproxy") is None:
-                    # The forwarder is a mitmproxy process of this environment.
-                    raise RuntimeError(
-                        "ssetape.proxy_url replays through mitmproxy, which this test "
-                        "environment does not have: pass ssetape.base_url(upstream) to the "
-                        "client instead (replay then runs in the test process)"
-                    )
                 self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
-                if self.replaying:
-                    port = self._front(_FORWARD)
-                    args = [sys.executable, "-m", "ssetape.testing.cassette_forwarder",
-                            "--target", str(port), "--confdir", str(self.confdir)]  # fmt: skip
-                    child = ChildProxy(args, what="ssetape forward proxy", cwd=self._tmp)
-                else:
-                    child = self._recorder("regular")
-                self._children[_FORWARD] = child
+                child = self._children[_FORWARD] = self._recorder("regular")
             return child.url
 
     def fault(self, kind: str, **options: float | None) -> Fault:
@@ -306,7 +308,13 @@ class TapeSession:
         if known is not None:
             return known[1]
         assert self._store is not None and self._index is not None
-        front = CassetteFront(
+        tls = None
+        if origin == _FORWARD:  # the forward proxy: it ends HTTPS tunnels itself
+            from ssetape.replay.leaf_certificates import LeafCertificates
+
+            self._leaves = LeafCertificates(self.confdir)
+            tls = self._leaves.context
+        front = DirectFront(
             self._store,
             self._index,
             origin,
@@ -314,6 +322,7 @@ class TapeSession:
             allow_gaps=self.allow_gaps,
             on_incomplete=self._incomplete.__setitem__,
             faults=self.faults,
+            tls=tls,
         )
         front.preload()
         port = LoopThread.shared().run(front.http.start("127.0.0.1", 0))
