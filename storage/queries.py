@@ -190,6 +190,15 @@ class Queries:
             return list(s.scalars(stmt))
 
     @staticmethod
+    def after(exchange_id: int) -> Callable[[S], S]:
+        """A narrowing (as the exporters take) to the exchanges stored after one."""
+
+        def narrow(stmt: S) -> S:
+            return stmt.where(Exchange.id > exchange_id)
+
+        return narrow
+
+    @staticmethod
     def only(exchange_id: int) -> Callable[[S], S]:
         """A narrowing (as the exporters take) to one exchange."""
 

@@ -100,9 +100,8 @@ TRANSPORT_ERRORS: frozenset[str] = frozenset(
 
 
 class Header(StrEnum):
-    """Headers ssetape adds: between the proxy and its timed server, between the test
-    forwarder and the cassette server, and on replay misses; and the one a client adds to name
-    its session."""
+    """Headers ssetape adds: between the proxy and its timed server, and on replay misses;
+    the one a client adds to name its session; and the pytest plugin's control requests."""
 
     EXCHANGE = "x-ssetape-exchange"  # the recording to play
     T0 = "x-ssetape-t0"  # when the proxy had the whole request (time.monotonic())
@@ -114,6 +113,8 @@ class Header(StrEnum):
     # The session a request belongs to: read and stripped by the recorder, never sent upstream.
     SESSION = "x-ssetape-session"
     FAULT = "x-ssetape-fault"  # on an answer a replay fault made (its spec)
+    # A request to the recording proxy itself (recording.control), holding its secret.
+    CONTROL = "x-ssetape-control"
 
     @property
     def raw(self) -> bytes:

@@ -80,12 +80,15 @@ def test_replay_is_byte_identical_with_recorded_gaps(
         assert (got_status, got_raw) == (status, raw)
         offsets = [e.offset_us / 1e6 for e in store.events(x.id)]
         assert len(times) == len(offsets)
-        assert times[0] >= offsets[0] - 0.002  # never early
-        # Each event on its recorded schedule, counted from the first: never early, and late
-        # only by what a busy machine delays one by (a loaded CI's scheduler took 61 ms once),
-        # without drift: a late event does not push the ones after it.
-        late = [(t - times[0]) - (o - offsets[0]) for t, o in zip(times, offsets, strict=True)]
-        assert min(late) > -0.005 and max(late) < 0.15, (late, times, offsets)
+        # Each event on its recorded schedule, counted from the request: never early. Events
+        # are due at absolute deadlines, so after a late first event (a loaded CI was 6 ms
+        # late) the next ones are on time again, which is earlier *relative to the first*.
+        late = [t - o for t, o in zip(times, offsets, strict=True)]
+        assert min(late) > -0.002, (late, times, offsets)
+        # Late only by what a busy machine delays one by (a loaded CI's scheduler took 61 ms
+        # once), counted from the first, whose lateness includes the first read of the store:
+        # without drift, a late event does not push the ones after it.
+        assert max(late) - late[0] < 0.15, (late, times, offsets)
         # And the gaps as recorded, to a few milliseconds, for most events.
         errors = sorted(abs((times[i] - times[i - 1]) - (offsets[i] - offsets[i - 1]))
                         for i in range(1, len(times)))  # fmt: skip

@@ -13,6 +13,7 @@ import certifi
 import click
 from mitmproxy.certs import CertStore
 
+from ssetape.addons.control import Control
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.recorder import Recorder
 from ssetape.addons.replayer import Replayer
@@ -87,7 +88,9 @@ def recording_runner(
     # recorded as failed with the cause), and a client that never sends a head would hold
     # two descriptors instead of one.
     lazy = {"connection_strategy": "lazy"}
-    runner = proxy_runner([ConnectionGuard(), recorder], extra=lazy, on_ready=on_ready, **common)
+    # Control answers the pytest plugin, which shares one recording proxy between tests.
+    addons = [ConnectionGuard(), Control(recorder), recorder]
+    runner = proxy_runner(addons, extra=lazy, on_ready=on_ready, **common)
     return runner, recorder
 
 

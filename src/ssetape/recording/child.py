@@ -69,6 +69,7 @@ class Child:
         self.finishing: set[str] = set()
         self.final: FinalCounts | None = None
         self.counts = Counts()  # its latest report of what it stored
+        self._counted = True  # ``counts`` came after the latest DONE report
         self.recorder_id: str | None = None  # from its ready report
         self.handed = 0  # events in the chunks handed to it
         self.told = 0  # events the proxy lost and told it of
@@ -93,6 +94,10 @@ class Child:
         except OSError:
             return False
 
+    def settled(self) -> bool:
+        """Every exchange it was handed has its end committed, and ``counts`` says so."""
+        return not self.open and not self.finishing and self._counted
+
     def close_control(self) -> None:
         """Its other pipe ends here: it reads that after its stdin ends."""
         if self._control >= 0:
@@ -114,7 +119,9 @@ class Child:
                     logging.getLogger(name).log(level, text)
                 elif kind is Report.COUNTS:
                     self.counts = value
+                    self._counted = True
                 elif kind is Report.DONE:
+                    self._counted = False
                     self.finishing.difference_update(value)
                 elif kind is Report.FINAL:
                     self.final = value

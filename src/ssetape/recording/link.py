@@ -41,6 +41,7 @@ from ssetape.recording.protocol import (
     STREAM,
     UPDATE,
     BeginMsg,
+    Counts,
     FinalCounts,
     FinishMsg,
     Message,
@@ -276,6 +277,31 @@ class RecordLink:
         else:
             self._loop.remove_writer(self._child.fd)
         self._watching = on
+
+    def settled(self) -> bool:
+        """Whether everything handed so far is stored: nothing waits for the pipe, and the
+        recording process committed the end of every exchange it began (call it on the loop)."""
+        if self._batch or self._unsent_exchanges or self._unsent_events:
+            self.flush()  # now, not a flush delay later
+        child = self._child
+        if child is not None and child.ended.is_set():
+            self._bury(child)  # what it held is counted lost: nothing more will come of it
+            return not self._batch
+        return not self._out and not self._batch and (child is None or child.settled())
+
+    def totals(self) -> Counts:
+        """What was stored and lost so far, each loss once: the proxy's own, and what its
+        recording processes (alive or dead) lost besides."""
+        got = self.retired.totals()
+        if self._child is not None:
+            got = got.plus(self._child.counts)
+        return dataclasses.replace(
+            got,
+            exchanges_lost=got.exchanges_lost - got.told_exchanges + self.lost_exchanges,
+            events_lost=got.events_lost - got.told_events + self.lost_events,
+            told_exchanges=0,
+            told_events=0,
+        )
 
     # The recording process's life.
 

@@ -146,7 +146,7 @@ class Report(StrEnum):
     READY = "ready"  # its recorder id: the store is open, recording works
     LOG = "log"  # [logger name, level, message]: logged by the proxy as its own
     COUNTS = "counts"  # Counts, twice a second: if the process dies, the proxy still knows
-    DONE = "done"  # [uid, ...]: exchanges whose finish was just committed
+    DONE = "done"  # [uid, ...]: exchanges whose finish was just committed (COUNTS follows)
     FINAL = "final"  # FinalCounts, once, at the very end
 
 
@@ -156,6 +156,9 @@ class Counts(RunCounts):
 
     capture_failures: int = 0  # streams it could not parse
     exchanges_finished: int = 0  # whose finish is committed
+    # Of the losses above, those the proxy told it of (LOSSES): the proxy counts them too.
+    told_exchanges: int = 0
+    told_events: int = 0
 
     def plus(self, other: Counts) -> Counts:
         """Both processes' counts together (``last_error``: the later one's)."""

@@ -171,6 +171,8 @@ class RecordWorker:
             **dataclasses.asdict(self.run_counts()),
             capture_failures=self.capture_failures,
             exchanges_finished=self.exchanges_finished,
+            told_exchanges=self.proxy_lost_exchanges,
+            told_events=self.proxy_lost_events,
         )
 
     def handle_batch(self, batch: list[Message]) -> None:
@@ -339,8 +341,11 @@ def main() -> int:
     try:
         worker = RecordWorker(first[0][1])
         # Which exchanges' ends are stored: those it was sent and never confirms are lost
-        # if it dies.
-        worker.on_stored = lambda uids: channel.send(Report.DONE, uids)
+        # if it dies. The counts follow at once, so that a proxy that waits for the ends
+        # (a settle, recording.control) knows what they cost.
+        worker.on_stored = lambda uids: (
+            channel.send(Report.DONE, uids) and channel.send(Report.COUNTS, worker.counts())
+        )
         worker.start()
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))

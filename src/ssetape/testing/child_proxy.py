@@ -1,8 +1,7 @@
-"""A proxy process the pytest plugin starts: `ssetape replay` to record, or the forwarder.
+"""A proxy process the pytest plugin starts to record: `ssetape record` or `ssetape replay`.
 
 It is ready once it prints ``listening on http://HOST:PORT``; its output is kept so that a
-failure can say what the proxy said. Closing our end of its standard input is the forwarder's
-signal to exit, so a test process that dies takes it along.
+failure can say what the proxy said.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 LISTEN = re.compile(rb"listening on (http://[\d.]+:\d+)")
@@ -25,7 +25,13 @@ class ChildProxyError(RuntimeError):
 
 class ChildProxy:
     def __init__(
-        self, args: list[str], *, what: str, cwd: Path | None = None, timeout: float = 60
+        self,
+        args: list[str],
+        *,
+        what: str,
+        cwd: Path | None = None,
+        timeout: float = 60,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         self.what = what
         self.output: list[bytes] = []
@@ -37,6 +43,7 @@ class ChildProxy:
             stderr=subprocess.STDOUT,
             cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=preexec_fn,  # only a prctl call, before exec
         )
         ready = threading.Event()
         threading.Thread(target=self._pump, args=(ready,), daemon=True).start()

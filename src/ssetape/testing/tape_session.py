@@ -7,9 +7,9 @@ mode) that ends HTTPS tunnels itself with leaf certificates of mitmproxy's CA (s
 needs mitmproxy installed, though it never runs it).
 
 Recording (``once`` without a cassette, ``new_episodes``, ``all``) runs real recording proxies
-(`ssetape replay --record-mode ...` children) into that SQLite file and writes the cassette
-when the test ends, under a per-cassette lock and by atomic replace, so parallel workers
-(pytest-xdist) never corrupt a cassette nor lose each other's recordings.
+(see :mod:`ssetape.testing.tape_recording`; most are shared by the tests of a process) and
+writes the cassette when the test ends, under a per-cassette lock and by atomic replace, so
+parallel workers (pytest-xdist) never corrupt a cassette nor lose each other's recordings.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.testing.age import read_lines
 from ssetape.testing.cassette_lock import cassette_lock, default_lock_dir
-from ssetape.testing.child_proxy import SSETAPE, ChildProxy, ChildProxyError
+from ssetape.testing.child_proxy import SSETAPE, ChildProxyError
 from ssetape.testing.drift import RequestDrift, content_changes, field_drift, recordings
 from ssetape.testing.loop_thread import LoopThread
 from ssetape.testing.stream_record import ServedIndex as _ServedIndex
 from ssetape.testing.stream_record import StreamRecord, read_records, recorded_ids
+from ssetape.testing.tape_recording import FORWARD, RecordingSettings, TapeRecording
 from ssetape.vocabulary import MAX_BODY, RecordMode
 
 if TYPE_CHECKING:  # imported where a forward proxy needs it: mitmproxy's CA store
@@ -54,7 +55,6 @@ PYTEST_HINT = (
     "Record it with --ssetape-record-mode=new_episodes, or leave volatile fields out of "
     "matching with @pytest.mark.ssetape(ignore_fields=[...])."
 )
-_FORWARD = ""  # the key of the forward proxy among the per-upstream ones
 _NEAREST = re.compile(r"#(\d+) ")
 
 
@@ -141,11 +141,10 @@ class TapeSession:
         self._index: RequestIndex | None = None
         self._fronts: dict[str, tuple[DirectFront, int]] = {}  # origin -> (server, port)
         self._leaves: LeafCertificates | None = None  # the forward proxy's certificates
-        self._children: dict[str, ChildProxy] = {}
+        self._recording: TapeRecording | None = None
         self._lines: dict[int, int] = {}
         self._incomplete: dict[int, str] = {}  # recordings replayed that miss something
         self._lock = threading.Lock()
-        self._recorded_after = 0  # recording: the exchanges this test records come after it
         #: Recording over a cassette: how it changed beyond timing (None: it did not).
         self.changes: str | None = None
 
@@ -190,10 +189,20 @@ class TapeSession:
             )
             self._index.refresh()
         else:
-            self._recorded_after = Queries(store).last_id()
             if self.redaction_key:
                 # Stable masks across re-recordings: an unchanged interaction gives no diff.
                 store.set_setting("redaction_key", self.redaction_key)
+            settings = RecordingSettings(
+                command=self.command, record_mode=self.record_mode, confdir=self.confdir,
+                speed=self.speed, ignore_fields=self.ignore_fields, match_host=self.match_host,
+                allow_gaps=self.allow_gaps, redact_headers=self.redact_headers,
+                redact_fields=self.redact_fields, profiles=self.profiles,
+                redaction_key=self.redaction_key,
+            )  # fmt: skip
+            self._recording = TapeRecording(
+                settings, store=store, tmp=self._tmp, template=self._empty_store(),
+                session=self.session, ensure_ca=lambda: self.ca_file,
+            )  # fmt: skip
 
     def close(self) -> None:
         """Stop every server and proxy; when recording, write the cassette."""
@@ -203,13 +212,14 @@ class TapeSession:
             loop.run(front.http.stop())
         if self._leaves is not None:
             self._leaves.close()
-        problems = []
-        for child in self._children.values():
-            rc = child.stop()
-            if rc != 0 and not self.replaying:
-                problems.append(f"{child.what} exited with {rc}: {child.tail()}")
+        problems, rec = [], self._recording
+        if rec is not None and self.replaying:  # it failed to start: nothing to write
+            rec.stop()
+        elif rec is not None:
+            problems = rec.finish()
         try:
-            if not self.replaying and self._store is not None and not problems:
+            if rec is not None and self._store is not None and not problems:
+                rec.take_into(self._store)
                 self._save(self._store)
         finally:
             if self._store is not None:
@@ -273,12 +283,9 @@ class TapeSession:
                         "to the client instead (replay then needs no certificate)"
                     )
                 self.ca_file  # noqa: B018 - the CA exists before a leaf is signed with it
-                return f"http://127.0.0.1:{self._front(_FORWARD)}"
-            child = self._children.get(_FORWARD)
-            if child is None:
-                self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
-                child = self._children[_FORWARD] = self._recorder("regular")
-            return child.url
+                return f"http://127.0.0.1:{self._front(FORWARD)}"
+            assert self._recording is not None
+            return self._recording.url(FORWARD, "regular")
 
     def fault(self, kind: str, **options: float | None) -> Fault:
         """Serve a real outage in this test's replay, e.g. ``fault("cut", after_event=5)``,
@@ -297,10 +304,8 @@ class TapeSession:
             if self.replaying:
                 base = f"http://127.0.0.1:{self._front(origin)}"
             else:
-                child = self._children.get(origin)
-                if child is None:
-                    child = self._children[origin] = self._recorder(f"reverse:{origin}")
-                base = child.url
+                assert self._recording is not None
+                base = self._recording.url(origin, f"reverse:{origin}")
         return base + parts.path
 
     def _front(self, origin: str) -> int:
@@ -309,7 +314,7 @@ class TapeSession:
             return known[1]
         assert self._store is not None and self._index is not None
         tls = None
-        if origin == _FORWARD:  # the forward proxy: it ends HTTPS tunnels itself
+        if origin == FORWARD:  # the forward proxy: it ends HTTPS tunnels itself
             from ssetape.replay.leaf_certificates import LeafCertificates
 
             self._leaves = LeafCertificates(self.confdir)
@@ -329,38 +334,6 @@ class TapeSession:
         self._fronts[origin] = (front, port)
         return port
 
-    def _recorder(self, mode: str) -> ChildProxy:
-        assert self._tmp is not None
-        if self.record_mode == RecordMode.NEW_EPISODES:
-            args = [
-                *self.command,
-                "replay",
-                "--record-mode",
-                RecordMode.NEW_EPISODES.value,
-                "--speed",
-                repr(self.speed),
-            ]
-            for field in self.ignore_fields:
-                args += ["--ignore-field", field]
-            if not self.match_host:
-                args.append("--no-match-host")
-            if self.allow_gaps:
-                args.append("--allow-gaps")
-        else:
-            args = [*self.command, "record"]  # no replayer: one process less to start
-        args += ["--db", str(self._tmp / "tape.db"), "--port", "0", "--mode", mode,
-                 "--confdir", str(self.confdir)]  # fmt: skip
-        for field in self.redact_fields:
-            args += ["--redact-field", field]
-        for host, name in self.profiles.items():
-            args += ["--profile", f"{host}={name}"]
-        for header in self.redact_headers:
-            args += ["--redact-header", header]
-        if self.session:
-            args += ["--session", self.session]
-        self.ca_file  # noqa: B018 - created before mitmproxy starts, see ca_file
-        return ChildProxy(args, what=f"ssetape recording proxy ({mode})", cwd=self._tmp)
-
     def exchanges(self) -> list[StreamRecord]:
         """The exchanges this test was served from the cassette, then those it recorded, with
         their stream knowledge (see :mod:`ssetape.testing.stream_record`). Read while the
@@ -369,8 +342,9 @@ class TapeSession:
             return []
         queries = Queries(self._store)
         ids = list(self._index.served) if isinstance(self._index, _ServedIndex) else []
-        if not self.replaying:
-            ids += recorded_ids(queries, self._recorded_after)
+        if self._recording is not None:
+            queries = Queries(self._recording.store)
+            ids += recorded_ids(queries, self._recording.after)
         return read_records(queries, ids, self._lines)
 
     # -- what went wrong -----------------------------------------------------------

@@ -1,5 +1,6 @@
 """The pytest plugin names each test's recorded exchanges after the test (its node id), and
-the session changes nothing on replay."""
+the session changes nothing on replay. The tests of a process share one recording proxy, and
+each cassette holds its own test's exchanges, no more and no fewer."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ CHAT = dict(model="sim-chat", stream=True, messages=[dict(role="user", content="
 
 
 def ask(ssetape):
-    url = ssetape.base_url(UPSTREAM + "/v1") + "/chat/completions"
-    r = httpx.post(url, json=CHAT, timeout=30)
+    base = ssetape.base_url(UPSTREAM + "/v1")
+    with open("proxies.txt", "a") as f:  # which proxy each test recorded through
+        f.write(base + "\\n")
+    r = httpx.post(base + "/chat/completions", json=CHAT, timeout=30)
     assert r.status_code == 200 and "[DONE]" in r.text
 
 
@@ -40,6 +43,7 @@ def test_one(ssetape):
 
 @pytest.mark.parametrize("n", [7])
 def test_two(ssetape, n):
+    ask(ssetape)
     ask(ssetape)
 """
 
@@ -65,8 +69,13 @@ def test_each_test_records_into_a_session_of_its_own_and_replays_unchanged(
             Cassette(path).import_into(store)
         groups = Stats(store).groups("session", ExchangeFilter())
         one = [x.session for x in store.exchanges()]
-    assert sorted(g["group"] for g in groups) == sorted(one) == ids
-    assert all(g["count"] == 1 and g["output_tokens"] > 0 for g in groups)
+    assert sorted(g["group"] for g in groups) == sorted(set(one)) == ids
+    by_session = {g["group"]: g for g in groups}
+    assert [by_session[i]["count"] for i in ids] == [1, 2]
+    assert all(g["output_tokens"] > 0 for g in groups)
+    # One recording proxy served both tests.
+    used = (pytester.path / "proxies.txt").read_text().split()
+    assert len(used) == 3 and len(set(used)) == 1
 
     # The simulator is gone: the session is no part of matching, every request is found.
     pytester.runpytest(*args).assert_outcomes(passed=2)
