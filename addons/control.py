@@ -3,8 +3,10 @@
 Off unless ``ssetape_control`` holds a secret. With it, a request whose ``x-ssetape-control``
 header is that secret is answered here, before the recorder sees it: it is neither forwarded
 nor recorded. A request with the header and another value gets a 403 and is not forwarded
-either. Off, the header is taken out and the request goes on as any other. The pytest plugin uses this to share one recording proxy between the tests of a
-process: it names each test's session, and settles the proxy before it writes a cassette.
+either. Off, the header is taken out and the request goes on as any other.
+
+The pytest plugin uses this to share one recording proxy between the tests of a process: it
+names each test's session, and settles the proxy before it writes a cassette.
 """
 
 from __future__ import annotations
