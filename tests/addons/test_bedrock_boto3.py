@@ -262,25 +262,33 @@ def test_boto3_through_the_forward_proxy_with_its_ca(
     ssetape_proc: Callable[..., Proc], confdir: Path, tmp_path: Path
 ) -> None:
     """HTTPS_PROXY-style: boto3 trusts the proxy's CA (``verify=``) and reaches the endpoint
-    through it (``Config(proxies=...)``); replay answers the same way with no upstream left."""
-    stream = by_name(CONVERSE)
+    through it (``Config(proxies=...)``); replay answers the same way with no upstream left.
+    ConverseStream and InvokeModelWithResponseStream (Anthropic's events wrapped) alike."""
+    converse, invoke = by_name(CONVERSE), by_name(ANTHROPIC)
     ca = str(confdir / "mitmproxy-ca-cert.pem")
     with tls_corpus_upstream(tmp_path) as (upstream, cert):
-        from_aws = Bedrock(upstream, stream, verify=str(cert)).converse()
+        from_aws = Bedrock(upstream, converse, verify=str(cert)).converse()
+        invoked = Bedrock(upstream, invoke, verify=str(cert)).invoke()
         rec = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={cert}")
-        assert Bedrock(upstream, stream, verify=ca, proxy=rec.url).converse() == from_aws
+        assert Bedrock(upstream, converse, verify=ca, proxy=rec.url).converse() == from_aws
+        assert Bedrock(upstream, invoke, verify=ca, proxy=rec.url).invoke() == invoked
         assert rec.stop() == 0
     replay = ssetape_proc("replay", db=rec.db)
-    assert Bedrock(upstream, stream, verify=ca, proxy=replay.url).converse() == from_aws
-    got = check_store(rec.db, stream)
+    assert Bedrock(upstream, converse, verify=ca, proxy=replay.url).converse() == from_aws
+    assert Bedrock(upstream, invoke, verify=ca, proxy=replay.url).invoke() == invoked
+    got = check_store(rec.db, converse)
     said = converse_read(from_aws)
     assert got["scheme_host"] == ("https", "localhost")
     assert (got["api"], got["model"], got["outcome"]) == (
         "bedrock_converse",
-        model_of(stream),
+        model_of(converse),
         ("completed", said["stop"]),
     )
     assert got["usage"] == said["usage"]
+    got, said = check_store(rec.db, invoke), invoke_read(invoke, invoked)
+    assert (got["scheme_host"], got["api"]) == (("https", "localhost"), "bedrock_invoke")
+    assert (got["model"], got["outcome"]) == (said["model"], said["outcome"])
+    assert (got["usage"][:2], got["text"]) == (said["usage"], said["text"])
 
 
 # -- replayed faults: what boto3 does with an outage served from a real recording ----------

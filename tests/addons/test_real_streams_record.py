@@ -1,17 +1,23 @@
-"""Every real provider stream of tests/data/real_streams through `ssetape record --mode
-reverse:...` from an upstream that serves it as its provider did, then through `ssetape replay`:
-the same bytes both ways, and the stream knowledge stored is what the provider documents."""
+"""Every real provider stream of tests/data/real_streams through `ssetape record` from an
+upstream that serves it as its provider did, then through `ssetape replay`: the same bytes both
+ways, and the stream knowledge stored is what the provider documents. Twice: in reverse mode
+from 127.0.0.1, a host no profile names (the default profile), and in forward mode with each
+stream's upstream named for the profile of the host it came from (`--profile 127.0.0.1:PORT=`)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 import httpx
 import orjson
 
 from ssetape.analysis.knowledge import Knowledge
+from ssetape.analysis.profiles import DEFAULT_PROFILE
 from ssetape.cost.price_book import PriceBook, PriceQuery
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE, Proc
@@ -34,20 +40,56 @@ def _picked(headers: list[list[str]] | None) -> str:
     return next(v for k, v in headers or [] if k.lower() == PICK)
 
 
-def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
-    ssetape_proc: Callable[..., Proc], tmp_path: Path
-) -> None:
-    streams = real_streams()
+def _through_reverse(
+    proc: Callable[..., Proc], streams: list[RealStream]
+) -> tuple[str, dict[str, str]]:
+    """Recorded and replayed from one upstream at 127.0.0.1: every stream under the default."""
     with corpus_upstream() as upstream, httpx.Client(timeout=60) as client:
-        rec = ssetape_proc("record", "--mode", f"reverse:{upstream}")
+        rec = proc("record", "--mode", f"reverse:{upstream}")
         for stream in streams:
             assert _send(client, rec.url, stream) == (200, stream.wire), stream.name
         assert rec.stop() == 0
-        replay = ssetape_proc("replay", "--speed", "0", "--mode", f"reverse:{upstream}", db=rec.db)
+        replay = proc("replay", "--speed", "0", "--mode", f"reverse:{upstream}", db=rec.db)
         for stream in streams:
             status, got = _send(client, replay.url, stream)
             assert (status, got) == (200, stream.wire), stream.name
-    store = Store.open(rec.db, create=False)
+    return rec.db, {s.name: DEFAULT_PROFILE for s in streams}
+
+
+def _through_forward(
+    proc: Callable[..., Proc], streams: list[RealStream]
+) -> tuple[str, dict[str, str]]:
+    """Recorded and replayed through the forward proxy, one upstream per profile, each named
+    for the profile of the host its streams came from."""
+    profile = {s.name: row[1] for s in streams for row in EXPECTED if row[0] == s.name}
+    with contextlib.ExitStack() as stack:
+        upstreams = {
+            p: stack.enter_context(corpus_upstream()) for p in sorted(set(profile.values()))
+        }
+        named = [f"{url.removeprefix('http://')}={p}" for p, url in upstreams.items()]
+        rec = proc("record", *(a for n in named for a in ("--profile", n)))
+        with httpx.Client(timeout=60, proxy=rec.url) as client:
+            for stream in streams:
+                got = _send(client, upstreams[profile[stream.name]], stream)
+                assert got == (200, stream.wire), stream.name
+        assert rec.stop() == 0
+        replay = proc("replay", "--speed", "0", db=rec.db)  # the direct server: forward mode
+        with httpx.Client(timeout=60, proxy=replay.url) as client:
+            for stream in streams:
+                got = _send(client, upstreams[profile[stream.name]], stream)
+                assert got == (200, stream.wire), stream.name
+    return rec.db, profile
+
+
+@pytest.mark.parametrize("under", ["default", "host"])
+def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
+    ssetape_proc: Callable[..., Proc], under: str
+) -> None:
+    streams = real_streams()
+    through = _through_reverse if under == "default" else _through_forward
+    db, profiles = through(ssetape_proc, streams)
+    assert set(profiles.values()) != {DEFAULT_PROFILE} or under == "default"
+    store = Store.open(db, create=False)
     book = PriceBook.bundled()
     try:
         exchanges = {_picked(x.request_headers): x for x in store.exchanges()}
@@ -70,8 +112,7 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
                 rsn,
                 tools,
             ) = expected[stream.name]
-            # Served from 127.0.0.1, a host no profile names: the default profile.
-            assert x.profile == "compatible"
+            assert x.profile == profiles[stream.name], stream.name
             got = (x.api, x.model, x.outcome, x.outcome_reason, x.input_tokens, x.output_tokens)
             assert got == (api, model, outcome, reason, inp, out), stream.name
             counts = (x.cache_read_tokens, x.cache_write_tokens, x.reasoning_tokens)
@@ -88,7 +129,7 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
             firsts = [e.offset_us for e in events if e.seq == first]
             assert x.ttft_us == (firsts[0] if firsts else None), stream.name
             # Priced in the recording process as the provider's own figures say (see
-            # tests/ssetape/cost): here served from 127.0.0.1, at the model maker's rates.
+            # tests/ssetape/cost): served from 127.0.0.1, at the profile's or maker's rates.
             q = PriceQuery(
                 x.api, x.model, x.scheme, x.host, x.port, x.started_at, x.profile,
                 x.input_tokens, x.output_tokens, x.cache_read_tokens, x.cache_write_tokens,
