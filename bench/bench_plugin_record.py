@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ssetape.simulator.simulator import Simulator
 
-CONFTEST = '''
+CONFTEST = """
 import os, pytest
 
 @pytest.fixture
@@ -37,9 +37,9 @@ def base(request):
     if os.environ["BENCH_WAY"] == "no proxy":
         return upstream
     return request.getfixturevalue("ssetape").base_url(upstream)
-'''
+"""
 
-TEST = '''
+TEST = """
 def test_{n}(base):
     import openai
     client = openai.OpenAI(base_url=base, api_key="sk-bench", max_retries=0)
@@ -47,7 +47,7 @@ def test_{n}(base):
         model="sim-chat", stream=True,
         messages=[{{"role": "user", "content": "test number {n}"}}]))
     assert chunks
-'''
+"""
 
 WAYS = {
     "no proxy": [],

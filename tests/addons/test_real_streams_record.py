@@ -11,10 +11,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 import httpx
 import orjson
+import pytest
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.profiles import DEFAULT_PROFILE
