@@ -27,6 +27,8 @@ intervened (``guardrail_intervened``) withheld or masked the answer: refused.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
@@ -230,3 +232,57 @@ def test_a_host_nothing_names_gets_no_false_finding_either() -> None:
     """The default profile (any unknown gateway) reads every real stream without a finding."""
     for stream in real_streams():
         assert analyse(stream, profile="compatible").findings == [], stream.name
+
+
+def _json_events(stream: RealStream) -> list[dict[str, Any]]:
+    parser = SseParser()
+    events = parser.feed(stream.body) + parser.close()
+    return [orjson.loads(ev.data) for ev in events if ev.data and ev.data != "[DONE]"]
+
+
+def _messages_text(stream: RealStream) -> tuple[str, str]:
+    """Anthropic: the text is every ``text_delta``'s ``text``, the reasoning every
+    ``thinking_delta``'s ``thinking``, in order (Messages streaming docs)."""
+    deltas = [e["delta"] for e in _json_events(stream) if e.get("type") == "content_block_delta"]
+    text = "".join(d["text"] for d in deltas if d.get("type") == "text_delta")
+    return text, "".join(d["thinking"] for d in deltas if d.get("type") == "thinking_delta")
+
+
+def _gemini_text(stream: RealStream) -> tuple[str, str]:
+    """Gemini: each chunk's first candidate's parts; a part with ``thought: true`` is a
+    thought summary, the others with ``text`` the answer (generateContent docs)."""
+    events = _json_events(stream) if stream.body.lstrip()[:1] != b"[" else orjson.loads(stream.body)
+    parts = [
+        p
+        for e in events
+        for c in (e.get("candidates") or [])[:1]
+        for p in (c.get("content") or {}).get("parts") or []
+        if "text" in p
+    ]
+    return (
+        "".join(p["text"] for p in parts if not p.get("thought")),
+        "".join(p["text"] for p in parts if p.get("thought")),
+    )
+
+
+def _cohere_text(stream: RealStream) -> tuple[str, str]:
+    """Cohere v2: ``content-delta`` events' ``delta.message.content.text``; the reasoning is
+    the ``tool_plan`` of ``tool-plan-delta`` events, "a chain-of-thought style reflection and
+    plan" (chat-stream docs)."""
+    events = _json_events(stream)
+    text = [e["delta"]["message"]["content"].get("text", "")
+            for e in events if e.get("type") == "content-delta"]  # fmt: skip
+    plan = [e["delta"]["message"]["tool_plan"]
+            for e in events if e.get("type") == "tool-plan-delta"]  # fmt: skip
+    return "".join(text), "".join(plan)
+
+
+TEXT_OF = {"messages": _messages_text, "gemini": _gemini_text, "cohere_chat": _cohere_text}
+
+
+@pytest.mark.parametrize("name", [s.name for s in real_streams() if s.meta["api"] in TEXT_OF])
+def test_text_and_reasoning_are_the_fields_the_provider_documents(name: str) -> None:
+    """Whole texts, not lengths: what the provider's documented delta fields hold, joined."""
+    stream = by_name(name)
+    a = analyse(stream)
+    assert (a.output_text, a.reasoning_text) == TEXT_OF[stream.meta["api"]](stream)
