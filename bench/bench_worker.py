@@ -27,6 +27,7 @@ from typing import Any
 
 from ssetape.analysis.analyzer import Analyzer
 from ssetape.analysis.knowledge import Knowledge
+from ssetape.framing.framings import Framing
 from ssetape.recording import protocol
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.protocol import BEGIN, FINISH, STREAM, UPDATE, WorkerConfig
@@ -53,7 +54,7 @@ def messages(events: int, streams: int, per_chunk: int) -> list[tuple[Any, ...]]
     out: list[tuple[Any, ...]] = []
     for s in range(streams):
         uid = f"u{s}"
-        stream = (STREAM, uid, True, "", MAX_EVENT, MAX_DECODED)
+        stream = (STREAM, uid, Framing.SSE.value, "", MAX_EVENT, MAX_DECODED)
         out += [(BEGIN, uid, dict(fields)), (UPDATE, uid, dict(head)), stream]
         n = events // streams
         out += [

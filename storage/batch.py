@@ -6,13 +6,15 @@ Batch only turns a list of ops into as few statements as possible and runs them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, func, insert, select, update
+from sqlalchemy.dialects import postgresql
 
-from ssetape.storage.models import Event, Exchange, no_nul
+from ssetape.storage.models import Base, Event, Exchange, no_nul
 
 EXCHANGES = cast(Table, Exchange.__table__)
 EVENTS = cast(Table, Event.__table__)
@@ -187,7 +189,23 @@ def _insert_rows(
     raw: Any = conn.connection.driver_connection
     with (
         raw.cursor() as cur,
-        cur.copy(f"COPY {table} (exchange_id, {', '.join(keys)}) FROM STDIN") as copy,
+        cur.copy(
+            f"COPY {table} (exchange_id, {', '.join(keys)}) FROM STDIN (FORMAT BINARY)"
+        ) as copy,
     ):
+        # Binary rows: the server parses no text (bytea as hex, numbers as digits). Two
+        # recorders into one PostgreSQL stored ~10 % more events/s, with less of the
+        # server's CPU (python -m bench.bench_ingest).
+        copy.set_types(copy_types(kind))
         for row in rows:
             copy.write_row(row)
+
+
+@functools.cache
+def copy_types(kind: int) -> list[str]:
+    """The PostgreSQL types of a COPY's columns, as the models declare them."""
+    table, keys = TABLES[kind]
+    columns = Base.metadata.tables[table].c
+    pg = postgresql.dialect()  # type: ignore[no-untyped-call]
+    return [columns[k].type.compile(dialect=pg).lower()
+            for k in ("exchange_id", *keys)]  # fmt: skip
