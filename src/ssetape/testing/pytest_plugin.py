@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import asdict
@@ -138,6 +139,13 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--ssetape-max-age: {e}") from None
     if workerinput is None:  # the controller (or a run without xdist) reports, once
         config.pluginmanager.register(HygieneReport(config), "ssetape-hygiene")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The recording proxies this session shared, if it recorded (else not even imported).
+    shared = sys.modules.get("ssetape.testing.recording_proxies")
+    if shared is not None:
+        shared.RecordingProxies.close_shared()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -9,8 +9,13 @@ after the last one before it began; before writing its cassette the test asks ea
 used to *settle* (``recording.control``): everything it sent is then stored, or the test is
 told what was lost.
 
-The proxies stop when the process exits. On Linux they also get SIGTERM if the test process
-dies without a word (``PR_SET_PDEATHSIG``), so none outlives a killed run.
+The proxies stop when the pytest session ends (``pytest_unconfigure``), else when the process
+exits. On Linux they also get SIGTERM if the test process dies without a word
+(``PR_SET_PDEATHSIG``), so none outlives a killed run.
+
+Control requests go out with the standard library's ``http.client``, not httpx: httpx imports
+httpcore on first use, and a first use inside a pytester run would leave later tests a second
+copy of httpcore whose exceptions httpx no longer recognises.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import http.client
 import secrets
 import shutil
 import signal
@@ -26,8 +32,7 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import ClassVar
-
-import httpx
+from urllib.parse import urlsplit
 
 from ssetape.recording.control import (
     Command,
@@ -75,24 +80,24 @@ class SharedRecorder:
 
     def ask(self, asked: ControlRequest) -> ControlAnswer:
         """Send one control request; ChildProxyError if the proxy cannot answer it."""
-        client = httpx.Client(
-            proxy=self.url if self.forward else None,
-            trust_env=False,  # the test's own HTTP(S)_PROXY must not catch this request
-            timeout=asked.timeout + 10,
+        where = urlsplit(self.url)
+        # Straight to the proxy (never the test's own HTTP(S)_PROXY); a forward proxy gets
+        # the absolute form, as from any client it forwards for.
+        conn = http.client.HTTPConnection(
+            where.hostname or "127.0.0.1", where.port, timeout=asked.timeout + 10
         )
+        body = asked.to_json()
+        headers = {Header.CONTROL.value: self._secret, "content-type": "application/json"}
         try:
-            with client:
-                r = client.post(
-                    _CONTROL_HOST if self.forward else self.url + "/",
-                    content=asked.to_json(),
-                    headers={Header.CONTROL.value: self._secret},
-                )
-            answer = ControlAnswer.from_json(r.content)
-        except (httpx.HTTPError, ControlError) as e:
+            conn.request("POST", _CONTROL_HOST if self.forward else "/", body, headers)
+            answer = ControlAnswer.from_json(conn.getresponse().read())
+        except (OSError, http.client.HTTPException, ControlError) as e:
             tail = self.child.tail() if not self.alive() else ""
             raise ChildProxyError(
                 f"{self.what} did not answer {asked.command}: {e}" + (f" ({tail})" if tail else "")
             ) from None
+        finally:
+            conn.close()
         if answer.error:
             raise ChildProxyError(f"{self.what} refused {asked.command}: {answer.error}")
         return answer
@@ -131,6 +136,14 @@ class RecordingProxies:
                 cls._shared = cls()
                 atexit.register(cls._shared.close)
             return cls._shared
+
+    @classmethod
+    def close_shared(cls) -> None:
+        """Stop this process's proxies (the pytest session ended)."""
+        with cls._shared_lock:
+            shared, cls._shared = cls._shared, None
+        if shared is not None:
+            shared.close()
 
     def store(self, template: Path, redaction_key: str | None) -> tuple[Path, Store]:
         """The store the proxies with this redaction key record into (made from
