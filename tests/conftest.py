@@ -17,6 +17,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Imported before any pytester run snapshots sys.modules. httpx imports httpcore on first use
+# and keeps its exception classes from then on: a first use inside an in-process run left
+# the rest of the worker a second httpcore, whose errors httpx no longer mapped (a cut
+# stream's RemoteProtocolError escaped as httpcore's).
+import httpcore  # noqa: F401
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
