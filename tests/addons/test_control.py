@@ -77,6 +77,15 @@ def test_a_settle_answers_once_the_exchanges_are_stored(tmp_path: Path) -> None:
             assert [(x.state, x.session) for x in rows] == [
                 (ExchangeState.COMPLETED, "test-a")
             ] * 3  # the control requests themselves were not recorded
+            # An exchange the proxy could not hand over (a bug in its hooks): the next
+            # settle counts it, once, and says so.
+            assert rec.link is not None
+            rec.link.note_lost_exchange()
+            again = control_flow(ControlRequest(Command.SETTLE, timeout=20).to_json())
+            await hooks(addons, again)
+            _, later = answer(again)
+            assert (later.exchanges_lost, later.events_lost) == (1, 0)
+            assert later.lost_since(got) == "1 exchange(s) lost"
             rec.done()
 
     asyncio.run(run())

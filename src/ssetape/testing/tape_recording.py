@@ -9,7 +9,6 @@ so each test starts its own `ssetape replay --record-mode new_episodes` on its o
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,11 +130,13 @@ class TapeRecording:
             if lost:
                 problems.append(f"{proxy.what} lost what this test sent: {lost}")
             elif not answer.settled:
-                warnings.warn(
-                    f"{proxy.what}: {answer.in_flight} exchange(s) still in flight "
-                    f"{SETTLE_WAIT:g} s after the test ended: written as they stand",
-                    stacklevel=1,
+                # Written now, the cassette would silently miss what is not stored yet.
+                why = (
+                    f"{answer.in_flight} exchange(s) still in flight (a stream left open?)"
+                    if answer.in_flight
+                    else "the store did not take what it sent"
                 )
+                problems.append(f"{proxy.what}: {why} {SETTLE_WAIT:g} s after the test ended")
         return problems
 
     def take_into(self, store: Store) -> None:
