@@ -66,6 +66,18 @@ class BatchSql:
             f"VALUES ({', '.join([mark] * (len(keys) + 1))})"
             for kind, (table, keys) in TABLES.items()
         }
+        # A batch repeated after a commit of unknown outcome skips the rows that made it. On
+        # PostgreSQL the events' key holds the day they were written (their partition), so a
+        # repeat after midnight would not conflict: there, rows are skipped by (exchange_id,
+        # seq) themselves; the statement takes each row's two followed by them again.
+        self.careful = {kind: f"{sql} ON CONFLICT DO NOTHING" for kind, sql in self.insert.items()}
+        if not is_sqlite:
+            table, keys = TABLES[EVENTS_OP]
+            self.careful[EVENTS_OP] = (
+                f"INSERT INTO {table} (exchange_id, {', '.join(keys)}) "
+                f"SELECT {', '.join([mark] * (len(keys) + 1))} WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {table} WHERE exchange_id = {mark} AND seq = {mark})"
+            )
         self.count = f"UPDATE exchanges SET event_count = event_count + {mark} WHERE id = {mark}"
 
 
@@ -179,10 +191,13 @@ class Batch:
 def _insert_rows(
     conn: Connection, sql: BatchSql, kind: int, rows: list[tuple[Any, ...]], careful: bool
 ) -> None:
-    if careful or sql.is_sqlite:
-        # Same syntax on SQLite (>= 3.24) and PostgreSQL.
-        tail = " ON CONFLICT DO NOTHING" if careful else ""
-        conn.exec_driver_sql(sql.insert[kind] + tail, rows)
+    if careful:
+        if kind == EVENTS_OP and not sql.is_sqlite:
+            rows = [(*r, r[0], r[1]) for r in rows]
+        conn.exec_driver_sql(sql.careful[kind], rows)
+        return
+    if sql.is_sqlite:
+        conn.exec_driver_sql(sql.insert[kind], rows)
         return
     # PostgreSQL: COPY is about twice as fast as executemany.
     table, keys = TABLES[kind]

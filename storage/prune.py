@@ -11,6 +11,15 @@ holds a lock long enough to stall a writer, and one that stops half-way (Ctrl-C,
 has committed what it reports and is resumed by running it again. SQLite gives the space back
 page by page on stores created with incremental auto-vacuum (every new store since 0.2), and
 through :meth:`Pruner.vacuum` on older ones.
+
+On a PostgreSQL store, whose events are in day partitions (``ssetape.storage.partitions``), a
+partition all of whose exchanges go is dropped whole first: one short lock, not millions of
+row deletes. A day's partition holds the events written that day, of exchanges begun before
+it ended, so every partition that ends before the cut qualifies, unless an exchange in its
+range of ids is kept (still recording, or begun after the cut by a recorder whose clock is
+ahead of the database's): then its rows go by exchange, as on SQLite. With ``whole_days``
+the cut is the start of its UTC day, so that a prune on a schedule takes each day as one
+partition instead of eating it row by row.
 """
 
 from __future__ import annotations
@@ -19,9 +28,10 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Connection, delete, func, select, text, update
 from sqlalchemy.orm import Session
 
+from ssetape.storage import partitions
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
@@ -45,6 +55,7 @@ class PruneReport:
     findings: int = 0
     in_flight: int = 0  # started before the cut, still recording: kept
     batches: int = 0
+    days_dropped: int = 0  # PostgreSQL: event partitions dropped whole (their rows in events)
     bytes_returned: int | None = None  # SQLite: how much smaller the file got
 
     def to_json(self) -> dict[str, object]:
@@ -63,6 +74,8 @@ class PruneReport:
         )
         if not self.dry_run:
             line += f", in {self.batches:,} batch(es)"
+        if self.days_dropped:
+            line += f" and {self.days_dropped:,} day partition(s) dropped whole"
         if self.in_flight:
             line += f"; {self.in_flight:,} still recording, kept"
         if self.bytes_returned:
@@ -78,6 +91,7 @@ class Pruner:
         self._batch_rows = batch_rows
         self._sqlite = store.is_sqlite
         self._engine = store.writing_engine  # a batch reads, then writes
+        self._dropped: list[tuple[int, int]] = []  # id ranges whose events left with a day
 
     def prune(
         self,
@@ -85,10 +99,16 @@ class Pruner:
         *,
         events_only: bool = False,
         dry_run: bool = False,
+        whole_days: bool = False,
         on_batch: Callable[[PruneReport], None] | None = None,
     ) -> PruneReport:
         """Remove what started before ``cut`` (never what is still recording); ``on_batch``
-        is told the running totals after each committed batch."""
+        is told the running totals after each committed batch. ``whole_days``: on a store in
+        day partitions, the cut is the start of its UTC day (the report says which)."""
+        with self._engine.connect() as conn:
+            days = partitions.partitions(conn)
+        if days and whole_days:
+            cut = dt.datetime.combine(cut.astimezone(dt.UTC).date(), dt.time(), dt.UTC)
         report = PruneReport(cut=cut, events_only=events_only, dry_run=dry_run)
         size = self._file_size()
         with Session(self._store.engine) as s:
@@ -100,6 +120,8 @@ class Pruner:
         if dry_run:
             self._count(report, flying)
             return report
+        self._dropped = []
+        self._drop_days(report, days, on_batch)
         after = 0  # exchanges are taken in id order: the last one looked at
         while (step := self._batch(report, after, flying)) is not None:
             done, after = step
@@ -124,6 +146,49 @@ class Pruner:
         self._checkpoint()
         return max(0, size - (self._file_size() or 0))
 
+    def _drop_days(
+        self,
+        report: PruneReport,
+        days: list[partitions.Partition],
+        on_batch: Callable[[PruneReport], None] | None,
+    ) -> None:
+        """Drop each partition that holds only events of exchanges this prune removes."""
+        for day in days:
+            ends = day.ends_at
+            if ends is None or ends > report.cut:
+                continue
+            with self._engine.begin() as conn:
+                if (found := self._droppable(conn, report, day.name)) is None:
+                    continue  # an exchange of its range stays: its rows go one by one
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{partitions.LOCK_WAIT}'")
+                conn.exec_driver_sql(f"DROP TABLE {day.name}")
+            lo, hi, rows = found
+            self._dropped.append((lo, hi))
+            report.events += rows
+            report.days_dropped += 1
+            if on_batch is not None:
+                on_batch(report)
+
+    @staticmethod
+    def _droppable(conn: Connection, report: PruneReport, name: str) -> tuple[int, int, int] | None:
+        """The range of exchange ids with events in partition ``name`` and its rows, if
+        every exchange in that range is pruned."""
+        lo, hi, rows = conn.execute(
+            text(f"SELECT min(exchange_id), max(exchange_id), count(*) FROM {name}")
+        ).one()
+        if rows == 0:
+            return 0, -1, 0
+        kept = (
+            select(Exchange.id)
+            .where(Exchange.id.between(lo, hi))
+            .where(
+                (Exchange.started_at >= report.cut) | (Exchange.state == ExchangeState.RECORDING)
+            )
+        )
+        if conn.execute(kept.limit(1)).first() is not None:
+            return None
+        return lo, hi, int(rows)
+
     def _candidates(self, s: Session, report: PruneReport, after: int) -> Sequence[tuple[int, int]]:
         """The next exchanges to prune and the rows (events and wire chunks) each holds."""
         stmt = (
@@ -139,7 +204,14 @@ class Pruner:
         chunks = select(Chunk.exchange_id, func.count()).group_by(Chunk.exchange_id)
         chunks = chunks.where(Chunk.exchange_id.in_([xid for xid, _ in found]))
         wire: dict[int, int] = {row[0]: row[1] for row in s.execute(chunks)}
-        return [(xid, events + wire.get(xid, 0)) for xid, events in found]
+        # An exchange whose events went with their partition weighs nothing but its chunks
+        # (its events past midnight, if any, are bounded by _CANDIDATES).
+        return [
+            (xid, wire.get(xid, 0) + (0 if self._gone(xid) else events)) for xid, events in found
+        ]
+
+    def _gone(self, xid: int) -> bool:
+        return any(lo <= xid <= hi for lo, hi in self._dropped)
 
     def _batch(self, report: PruneReport, after: int, flying: set[int]) -> tuple[int, int] | None:
         """One transaction: the next exchanges whose rows fit in a batch (one at least);

@@ -44,6 +44,7 @@ from ssetape.storage.batch import (
 )
 from ssetape.storage.engine import StoreUnwritable, one_line
 from ssetape.storage.ledger import Ledger, WriterStats
+from ssetape.storage.partitions import DayPartitions
 from ssetape.storage.store import Store
 from ssetape.storage.store_file import StoreFile
 from ssetape.storage.watchdog import Watchdog
@@ -110,6 +111,7 @@ class Writer:
         self._finished: list[tuple[int, str]] = []
         self._engine = store.writing_engine  # never fails half-way on a lock upgrade
         self._sql = BatchSql(store.engine, is_sqlite=store.is_sqlite)
+        self._days = DayPartitions(self._engine, is_sqlite=store.is_sqlite)
         self._interval = flush_interval
         self._max_batch = max_batch
         self._ledger = Ledger(max_pending)
@@ -414,6 +416,7 @@ class Writer:
         """Apply ``ops`` in one transaction (see Batch), then update ids and counters."""
         ops = [self._ledger.annotated(op) if op[0] == FINISH else op for op in ops]
         batch = Batch(ops, self._ids)
+        self._days.ahead()
         guard = self._watchdog.watching if self._watchdog is not None else None
         batch.apply(self._engine, self._sql, careful=careful, guard=guard)
         known, ids, finished, dropped = self._ids, batch.ids, batch.finished, batch.dropped

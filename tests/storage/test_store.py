@@ -32,7 +32,7 @@ TABLES = {
     "recorder_runs",
     "alembic_version",
 }
-HEAD = "0007"  # the newest revision in migrations/versions
+HEAD = "0008"  # the newest revision in migrations/versions
 
 
 def revision(store: Store) -> list[str]:
@@ -290,8 +290,17 @@ def test_mark_interrupted(store: Store, exchange_fields: Fields) -> None:
     assert {e.state for e in store.exchanges()} == {"interrupted", "completed"}
 
 
+def _not_partitioning(obj: Any, name: str | None, type_: str, reflected: bool, _: Any) -> bool:
+    """PostgreSQL's day partitions of events and their key column are the storage's, not the
+    models' (migration 0008; the ORM never reads or writes ``day``)."""
+    if type_ == "table" and reflected and name is not None and name.startswith("events_"):
+        return False
+    return not (type_ == "column" and reflected and name == "day" and obj.table.name == "events")
+
+
 def test_migrations_match_the_models(store: Store) -> None:
     # The initial revision is written by hand: it must not drift from models.py.
     with store.engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        opts = {"compare_type": True, "include_object": _not_partitioning}
+        context = MigrationContext.configure(conn, opts=opts)
         assert compare_metadata(context, Base.metadata) == []

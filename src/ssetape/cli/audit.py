@@ -132,6 +132,13 @@ def reindex(db: str, stale: bool, profiles: dict[str, str], price_data: str) -> 
 )
 @click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
 @click.option(
+    "--whole-days",
+    is_flag=True,
+    help="PostgreSQL in day partitions: cut at the start of the cut's UTC day, so that each "
+    "day leaves whole (its partition dropped), not row by row. Use it for a prune on a "
+    "schedule.",
+)
+@click.option(
     "--vacuum",
     is_flag=True,
     help="SQLite: then rewrite the file to give all free space back (writers wait meanwhile) "
@@ -150,6 +157,7 @@ def prune(
     cut: dt.datetime,
     events_only: bool,
     dry_run: bool,
+    whole_days: bool,
     vacuum: bool,
     batch_rows: int,
     as_json: bool,
@@ -167,6 +175,7 @@ def prune(
                 cut,
                 events_only=events_only,
                 dry_run=dry_run,
+                whole_days=whole_days,
                 on_batch=lambda r: bar.update(task, completed=r.exchanges),
             )
         if vacuum and not dry_run:

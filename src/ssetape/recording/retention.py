@@ -6,7 +6,9 @@ process's one engine shortly after it starts, then every ``every`` seconds; neve
 proxy's process, so its event loop never waits for a delete. Whole exchanges older than
 ``exchanges`` go first (their events are not worth stripping first), then the events and
 chunks of those older than ``events``. The pruner never touches an exchange still recording
-and deletes in short batches, so the writer beside it waits at most one batch for a lock.
+and deletes in short batches, so the writer beside it waits at most one batch for a lock. On
+a PostgreSQL store in day partitions the cut is the start of its UTC day, so each day leaves
+as one dropped partition (up to a day later than the policy says).
 
 Several recorders on one store may each prune: deletes are idempotent, and a batch that
 finds its rows already gone counts nothing. A failed run (the store down, a lock held too
@@ -104,4 +106,6 @@ class Retention:
             if self._stop.is_set():
                 raise _Stopped(report.line())
 
-        return self._pruner.prune(cut, events_only=events_only, on_batch=between)
+        # Whole days: on PostgreSQL in day partitions a day leaves as one partition, not eaten
+        # row by row by each run (a day longer kept at most).
+        return self._pruner.prune(cut, events_only=events_only, whole_days=True, on_batch=between)
