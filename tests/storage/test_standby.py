@@ -234,6 +234,18 @@ def test_readers_read_the_standby_and_say_how_far_behind_it_is(pair: Pair, tmp_p
         code, out, err = cli("stats", "--read-db", pair.standby, "--json")
         assert code == 0 and isinstance(orjson.loads(out), list), err
         assert err.startswith("read from a standby"), err
+        # An audit export reads the standby too: the exchange whole, the primary untouched.
+        tape = tmp_path / "audit.jsonl"
+        code, out, err = cli("export", "--read-db", pair.standby, "--db", str(unused),
+                             "--id", done, "-o", str(tape))  # fmt: skip
+        assert code == 0, err
+        with Store.open(str(tmp_path / "copy.db")) as copy:
+            code, out, err = cli("import", str(tape), "--db", str(tmp_path / "copy.db"))
+            assert code == 0, err
+            (got,) = copy.exchanges()
+            assert got.request_body is not None and b"finished" in got.request_body
+            assert len(copy.events(got.id)) == feed.sent[done]
+        assert not unused.exists()
         # --db naming the standby itself: it is read, nothing is marked there.
         code, out, err = cli("list", "--db", pair.standby, "--json")
         assert code == 0, err

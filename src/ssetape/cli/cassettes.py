@@ -25,7 +25,16 @@ from ssetape.cassettes.format import MAX_BYTES, MAX_LINE_BYTES
 from ssetape.cassettes.har import Har
 from ssetape.cassettes.store_io import Progress as ProgressFn
 from ssetape.cassettes.store_io import write_cassette
-from ssetape.cli.options import TimeParam, db_option, filter_options, open_db, shown, size_option
+from ssetape.cli.options import (
+    TimeParam,
+    db_option,
+    filter_options,
+    open_db,
+    open_reader,
+    reader_options,
+    shown,
+    size_option,
+)
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.queries import Queries
 from ssetape.vocabulary import ExchangeState
@@ -49,7 +58,7 @@ def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | Non
 
 
 @click.command("export")
-@db_option
+@reader_options
 @click.option(
     "-o",
     "--output",
@@ -79,6 +88,7 @@ def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | Non
 @filter_options
 def export_cmd(
     db: str,
+    read_db: str | None,
     output: Path,
     fmt: str | None,
     ids: tuple[str, ...],
@@ -96,7 +106,7 @@ def export_cmd(
     fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
     picked = Picked(ids=ids, hosts=hosts, path=path, states=states, until=until)
     narrow = Queries.picked(ExchangeFilter.pop(filters), picked)
-    store = open_db(db, create=False)
+    store = open_reader(db, read_db, create=False)
     try:
         with _progress("exporting") as progress:
             if str(output) == "-":

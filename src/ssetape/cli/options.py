@@ -130,12 +130,12 @@ def open_db(db: str, *, create: bool = False) -> Store:
     return store
 
 
-def open_reader(db: str, read_db: str | None) -> Store:
+def open_reader(db: str, read_db: str | None, *, create: bool = False) -> Store:
     """Open the store a read-only command reads: ``--read-db`` when given (a standby: checked,
     never migrated, nothing marked; ``--db`` is then not opened at all), else ``--db`` as
     ``open_db`` does."""
     if not read_db:
-        return open_db(db)
+        return open_db(db, create=create)
     try:
         return Store.open_read_only(read_db)
     except StoreError as e:
