@@ -60,7 +60,8 @@ class PruneReport:
     in_flight: int = 0  # started before the cut, still recording: kept
     batches: int = 0
     days_dropped: int = 0  # PostgreSQL: event partitions dropped whole (their rows in events)
-    bytes_returned: int | None = None  # SQLite: how much smaller the file got
+    # SQLite: how much smaller the file got; PostgreSQL: the size of the partitions dropped.
+    bytes_returned: int | None = None
 
     def to_json(self) -> dict[str, object]:
         doc = asdict(self)
@@ -168,7 +169,9 @@ class Pruner:
                 t1 = time.perf_counter()
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{partitions.LOCK_WAIT}'")
                 conn.exec_driver_sql(f"DROP TABLE {day.name}")
-            lo, hi, rows = found
+            lo, hi, rows, size = found
+            # A dropped table's files are unlinked: the space is the file system's again.
+            report.bytes_returned = (report.bytes_returned or 0) + size
             log.info(
                 f"ssetape: prune: dropped {day.name} ({rows:,} events) in "
                 f"{time.perf_counter() - t1:.3f} s, after {t1 - t0:.3f} s to check and count it"
@@ -180,16 +183,18 @@ class Pruner:
                 on_batch(report)
 
     @staticmethod
-    def _droppable(conn: Connection, report: PruneReport, name: str) -> tuple[int, int, int] | None:
-        """The range of exchange ids with events in partition ``name`` and its rows, if
-        every exchange in that range is pruned."""
+    def _droppable(
+        conn: Connection, report: PruneReport, name: str
+    ) -> tuple[int, int, int, int] | None:
+        """The range of exchange ids with events in partition ``name``, its rows and its
+        bytes on disk, if every exchange in that range is pruned."""
         ends = conn.exec_driver_sql(  # both ends read from its primary key, not its rows
             f"SELECT (SELECT exchange_id FROM {name} ORDER BY exchange_id LIMIT 1), "
             f"(SELECT exchange_id FROM {name} ORDER BY exchange_id DESC LIMIT 1)"
         ).one()
         lo, hi = ends
         if lo is None:
-            return 0, -1, 0
+            return 0, -1, 0, 0
         kept = (
             select(Exchange.id)
             .where(Exchange.id.between(lo, hi))
@@ -200,8 +205,10 @@ class Pruner:
         if conn.execute(kept.limit(1)).first() is not None:
             return None
         # Counted for the report: a read of the partition, no lock that stops a writer.
-        rows = conn.exec_driver_sql(f"SELECT count(*) FROM {name}").scalar_one()
-        return lo, hi, int(rows)
+        rows, size = conn.exec_driver_sql(
+            f"SELECT count(*), pg_total_relation_size('{name}') FROM {name}"
+        ).one()
+        return lo, hi, int(rows), int(size)
 
     def _candidates(self, s: Session, report: PruneReport, after: int) -> Sequence[tuple[int, int]]:
         """The next exchanges to prune and the rows (events and wire chunks) each holds."""

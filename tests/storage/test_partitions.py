@@ -188,6 +188,9 @@ def test_prune_drops_a_day_whole_while_a_recorder_writes_and_never_one_it_must_k
             time.sleep(0.005)
             k += 1
 
+    first = partitions.partition_name(days[0])
+    with store.engine.connect() as conn:
+        size = conn.execute(text(f"SELECT pg_total_relation_size('{first}')")).scalar_one()
     recorder = threading.Thread(target=record, daemon=True)
     recorder.start()
     try:
@@ -204,7 +207,8 @@ def test_prune_drops_a_day_whole_while_a_recorder_writes_and_never_one_it_must_k
 
     assert report.days_dropped == 1 and "1 day partition(s) dropped whole" in report.line()
     left = names(store)
-    assert partitions.partition_name(days[0]) not in left
+    assert first not in left and report.bytes_returned == size > 0
+    assert f"; {size / 1e6:,.1f} MB returned to the file system" in report.line()
     assert {partitions.partition_name(d) for d in days[1:]} <= set(left)
     assert of(report) == before_old == of(dry), "the counts are not what the store held"
     assert counts(store, Exchange.uid.in_(old))["exchanges"] == 0
