@@ -15,12 +15,12 @@ import mitmproxy.certs  # noqa: F401
 import pytest
 
 import ssetape.testing.tape_session  # noqa: F401
-from ssetape.testing import tape_recording
 from ssetape.analysis.stats import Stats
 from ssetape.cassettes.cassette import Cassette
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.store import Store
+from ssetape.testing import tape_recording
 from tests.conftest import SIM_SPEED
 
 pytest_plugins = ["pytester"]
