@@ -84,7 +84,9 @@ class PruneReport:
         if self.in_flight:
             line += f"; {self.in_flight:,} still recording, kept"
         if self.bytes_returned:
-            line += f"; {self.bytes_returned / 1e6:,.1f} MB returned to the file system"
+            size = self.bytes_returned
+            room = f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size / 1e3:,.0f} kB"
+            line += f"; {room} returned to the file system"
         return line
 
 

@@ -45,6 +45,9 @@ def upgrade() -> None:
     tomorrow = today + dt.timedelta(days=1)
     # Writers (COPY) wait from here to the commit; readers of events too.
     op.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+    # The new key is one sort of every row: in memory it is about twice as fast as on disk
+    # (PostgreSQL's 64 MB default spills a store of millions of events).
+    op.execute("SET LOCAL maintenance_work_mem = '256MB'")
     legacy = conn.exec_driver_sql("SELECT EXISTS (SELECT 1 FROM events)").scalar()
     op.execute("ALTER TABLE events RENAME TO events_legacy")
     op.execute("ALTER TABLE events_legacy RENAME CONSTRAINT pk_events TO pk_events_legacy")

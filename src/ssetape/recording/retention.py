@@ -28,7 +28,7 @@ from ssetape.storage.store import Store
 
 __all__ = ["FIRST_RUN", "Retention"]
 
-log = logging.getLogger("ssetape.recorder")
+log = logging.getLogger("ssetape.retention")  # shown at INFO by ssetape record
 
 FIRST_RUN = 5.0  # seconds after start: the start-up itself (migrations, first streams) first
 # Rows per transaction: smaller than `ssetape prune`'s, as the recorder's own writer waits

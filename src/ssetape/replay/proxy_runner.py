@@ -17,6 +17,10 @@ from mitmproxy.tools.dump import DumpMaster
 from ssetape.replay.http_server import raise_fd_limit
 
 log = logging.getLogger("ssetape.proxy")
+# Loggers whose INFO lines an operator must see although the terminal log shows warnings only
+# (mitmproxy's own INFO is per-connection chatter): what retention removed from the store.
+# The terminal log's verbosity is the root logger's level, so a level of their own does it.
+SHOWN_INFO = ("ssetape.retention",)
 
 
 class ProxyStartError(RuntimeError):
@@ -78,6 +82,8 @@ class ProxyRunner:
             if self.sets:
                 opts.set(*self.sets, defer=True)
             master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+            for name in SHOWN_INFO:
+                logging.getLogger(name).setLevel(logging.INFO)
             self.master = master
             master.addons.add(*self.addons)
             # mitmproxy applies deferred values before an addon joins the chain, so it never

@@ -81,7 +81,7 @@ def kept(store: Store) -> dict[str, int]:
 def test_the_thread_prunes_the_old_keeps_the_new_and_runs_again_until_closed(
     db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "ssetape.recorder")
+    caplog.set_level(logging.INFO, "ssetape.retention")
     with Store.open(db, create=False) as store:
         fill(
             store,
@@ -138,7 +138,7 @@ def test_a_failed_run_is_one_warning_and_the_next_run_prunes(
     with Store.open(str(path), create=False, deadline=0.2) as store:
         fill(store, {"old": 40})
         retention = Retention(store, RetentionPolicy(exchanges=DAY, every=3600))
-        caplog.set_level(logging.INFO, "ssetape.recorder")
+        caplog.set_level(logging.INFO, "ssetape.retention")
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN EXCLUSIVE")
