@@ -28,18 +28,19 @@ DAY = dt.timedelta(days=1)
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def store_url() -> Iterator[str]:
+    """PostgreSQL only (conftest's ``store`` opens it)."""
     with pg_schema() as url:  # skips without SSETAPE_TEST_PG_URL
         yield url
 
 
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    s = Store.open(pg_url)
-    try:
-        yield s
-    finally:
-        s.close()
+def record_one(store: Store, events: int) -> str:
+    """One finished exchange of ``events`` content events, committed."""
+    feed = Feed(store)
+    uid = feed.exchange(NOW, events)
+    feed.settle()
+    feed.close()
+    return uid
 
 
 def names(store: Store) -> list[str]:
@@ -80,10 +81,7 @@ def test_a_new_store_writes_each_day_into_a_partition_of_its_own(store: Store) -
         partitions.partition_name(TODAY + DAY),
         partitions.DEFAULT,
     ]
-    feed = Feed(store)
-    uid = feed.exchange(NOW, 5)
-    feed.settle()
-    feed.close()
+    uid = record_one(store, 5)
     assert where_events(store, [uid]) == {(partitions.partition_name(TODAY), TODAY)}
 
 
@@ -94,15 +92,12 @@ def test_a_writer_makes_the_partitions_of_today_and_tomorrow_when_they_are_missi
     with store.engine.begin() as conn:
         conn.exec_driver_sql(f"DROP TABLE {tomorrow}")
     assert tomorrow not in names(store)
-    feed = Feed(store)
-    feed.exchange(NOW, 3)
-    feed.settle()
-    feed.close()
+    record_one(store, 3)
     assert tomorrow in names(store)
 
 
-def test_an_existing_store_is_converted_in_place_and_loses_nothing(pg_url: str) -> None:
-    engine = create_engine(pg_url)
+def test_an_existing_store_is_converted_in_place_and_loses_nothing(store_url: str) -> None:
+    engine = create_engine(store_url)
     cfg = alembic_config()
     with engine.begin() as conn:  # the store as ssetape 0.7 left it: events not partitioned
         cfg.attributes["connection"] = conn
@@ -132,7 +127,7 @@ def test_an_existing_store_is_converted_in_place_and_loses_nothing(pg_url: str) 
         before = conn.execute(text("SELECT seq, raw FROM events ORDER BY seq")).all()
     engine.dispose()
 
-    store = Store.open(pg_url)  # migrates to 0008
+    store = Store.open(store_url)  # migrates to 0008
     try:
         with store.engine.connect() as conn:
             got = conn.execute(text("SELECT seq, raw FROM events ORDER BY seq")).all()
@@ -145,17 +140,16 @@ def test_an_existing_store_is_converted_in_place_and_loses_nothing(pg_url: str) 
             partitions.partition_name(TODAY + DAY),
             partitions.DEFAULT,
         ]
-        feed = Feed(store)
-        uid = feed.exchange(NOW, 4)
-        feed.settle()
-        feed.close()
+        uid = record_one(store, 4)
         assert where_events(store, [uid]) == {(partitions.LEGACY, TODAY)}
         assert store.events(xid)[-1].seq == 39
         # And back: a downgrade keeps every row too.
         with store.engine.begin() as conn:
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "0007")
-            assert conn.execute(text("SELECT count(*) FROM events")).scalar() == 40 + feed.sent[uid]
+            assert (
+                conn.execute(text("SELECT count(*) FROM events")).scalar() == 40 + 4 + 2
+            )  # its content, usage and [DONE]
     finally:
         store.close()
 
@@ -200,10 +194,7 @@ def test_prune_drops_a_day_whole_while_a_recorder_writes_and_never_one_it_must_k
     finally:
         stop.set()
         recorder.join(30)
-    feed.writer.finish(flying, state="completed")
-    feed.settle()
-    stats = feed.writer.stats
-    feed.close()
+    stats = feed.wind_down(flying)
 
     assert report.days_dropped == 1 and "1 day partition(s) dropped whole" in report.line()
     left = names(store)
@@ -223,7 +214,7 @@ def test_prune_drops_a_day_whole_while_a_recorder_writes_and_never_one_it_must_k
     assert got == {u: feed.sent[u] for u in live} and len(live) > 10
 
 
-def test_prune_whole_days_from_the_command_line(pg_url: str, store: Store) -> None:
+def test_prune_whole_days_from_the_command_line(store_url: str, store: Store) -> None:
     """As a cron job runs it: the cut is the start of its UTC day, the day goes whole."""
     feed = Feed(store)
     gone = [feed.exchange(OLD + dt.timedelta(seconds=i), 8) for i in range(5)]
@@ -231,11 +222,11 @@ def test_prune_whole_days_from_the_command_line(pg_url: str, store: Store) -> No
     feed.close()
     move_events(store, gone, OLD.date())
     held = counts(store, Exchange.uid.in_(gone))
-    doc = prune(pg_url, "--whole-days")
+    doc = prune(store_url, "--whole-days")
     assert doc["cut"] == f"{CUT.date().isoformat()}T00:00:00+00:00"
     assert doc["days_dropped"] == 1 and of(PruneReport(**{**doc, "cut": CUT})) == held
     assert partitions.partition_name(OLD.date()) not in names(store)
-    line = cli("prune", "--db", pg_url, "--older-than", "30d", "--whole-days").stdout
+    line = cli("prune", "--db", store_url, "--older-than", "30d", "--whole-days").stdout
     assert line.startswith("pruned 0 exchange(s) started before ") and "00:00:00 UTC" in line
 
 

@@ -28,6 +28,7 @@ from ssetape.records import EventRow
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.prune import Pruner, PruneReport
 from ssetape.storage.store import Store
+from ssetape.storage.ledger import WriterStats
 from ssetape.storage.writer import Writer
 
 NOW = dt.datetime.now(dt.UTC)
@@ -136,6 +137,14 @@ class Feed:
 
     def settle(self) -> None:
         assert self.writer.flush(timeout=60), "the writer did not commit in time"
+
+    def wind_down(self, flying: str) -> WriterStats:
+        """Finish the stream left coming in, commit everything, stop: the writer's counts."""
+        self.writer.finish(flying, state="completed")
+        self.settle()
+        stats = self.writer.stats
+        self.close()
+        return stats
 
     def close(self) -> None:
         self.writer.close()
@@ -404,10 +413,7 @@ def test_a_recorder_writing_through_the_prune_loses_nothing(store: Store, feed: 
     finally:
         stop.set()
         recorder.join(30)
-    feed.writer.finish(flying, state="completed")
-    feed.settle()
-    stats = feed.writer.stats
-    feed.close()
+    stats = feed.wind_down(flying)
 
     assert overlap and overlap[0] > 0, "the recorder did not write during the prune"
     assert report.batches > 1 and report.in_flight == 1
