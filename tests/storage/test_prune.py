@@ -25,10 +25,10 @@ from sqlalchemy import func, select
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.recorder_id import RecorderId
 from ssetape.records import EventRow
+from ssetape.storage.ledger import WriterStats
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.prune import Pruner, PruneReport
 from ssetape.storage.store import Store
-from ssetape.storage.ledger import WriterStats
 from ssetape.storage.writer import Writer
 
 NOW = dt.datetime.now(dt.UTC)
