@@ -93,8 +93,17 @@ def main() -> None:
     ap.add_argument("--db", required=True, help="a PostgreSQL URL (its server is used)")
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--per-exchange", type=int, default=100)
+    ap.add_argument("--only", choices=["migration", "prune"], help="one of the two steps")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    now = dt.datetime.now(dt.UTC)
+    if args.only != "prune":
+        migration(args)
+    if args.only != "migration":
+        prune(args, now)
+
+
+def migration(args: argparse.Namespace) -> None:
     url = fresh_db(args.db)
     now = dt.datetime.now(dt.UTC)
 
@@ -116,6 +125,8 @@ def main() -> None:
         f"{held:,} events kept in {partitions.LEGACY} |"
     )
 
+
+def prune(args: argparse.Namespace, now: dt.datetime) -> None:
     # A store partitioned from its start (in the migrated one, every past day is legacy's).
     url = fresh_db(args.db)
     old = now - dt.timedelta(days=40)

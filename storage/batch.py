@@ -165,9 +165,8 @@ class Batch:
                     self.rows[kind] += [(xid, *_clean_event(r)) for r in payload]
                 else:
                     self.rows[kind] += [(xid, *r) for r in payload]
-            for kind, kind_rows in self.rows.items():
-                if kind_rows:  # one executemany (or COPY) per batch, not per exchange
-                    _insert_rows(conn, sql, kind, kind_rows, careful)
+            if careful:  # event_count is recounted from the rows: they go first
+                self._insert(conn, sql, careful)
             increments: list[tuple[int, int]] = []  # (events added, exchange id)
             for uid in updates.keys() | counts.keys():
                 xid = known.get(uid) or ids.get(uid)
@@ -186,6 +185,16 @@ class Batch:
                     conn.execute(update(EXCHANGES).where(EXCHANGES.c.id == xid).values(values))
             if increments:
                 conn.exec_driver_sql(sql.count, increments)
+            if not careful:
+                # After the exchanges' updates: a writer then locks exchanges before events,
+                # the order in which a prune detaching a day's partition locks them (the
+                # other order could deadlock with it).
+                self._insert(conn, sql, careful)
+
+    def _insert(self, conn: Connection, sql: BatchSql, careful: bool) -> None:
+        for kind, kind_rows in self.rows.items():
+            if kind_rows:  # one executemany (or COPY) per batch, not per exchange
+                _insert_rows(conn, sql, kind, kind_rows, careful)
 
 
 def _insert_rows(

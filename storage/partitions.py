@@ -32,7 +32,10 @@ from sqlalchemy import Connection, Engine, text
 
 from ssetape.storage.engine import one_line
 
-__all__ = ["DEFAULT", "LEGACY", "LOCK_WAIT", "DayPartitions", "Partition", "partition_name"]
+__all__ = [
+    "DEFAULT", "DETACH_TRIES", "LEGACY", "LOCK_WAIT", "DayPartitions", "Partition", "detach",
+    "leftovers", "partition_name",
+]  # fmt: skip
 
 log = logging.getLogger("ssetape.storage")
 
@@ -40,6 +43,11 @@ TABLE = "events"
 DEFAULT = "events_default"
 LEGACY = "events_legacy"
 LOCK_WAIT = "2s"  # a partition made (or dropped) waits this long for writers' transactions
+# A detach waits this long for each lock (less than PostgreSQL's deadlock_timeout, 1 s, so
+# that it gives up before the deadlock detector could pick a writer), this many times.
+DETACH_WAIT_MS = 300
+DETACH_TRIES = 20
+_PRUNING = "_pruning"  # the suffix of a partition detached to be dropped
 _RETRY = 60.0  # seconds before a failed make is tried again
 # pg_advisory_xact_lock key: recorders making the same partition at once take turns.
 _LOCK_KEY = 0x5353_4554_4150_0002
@@ -118,6 +126,38 @@ def make(conn: Connection, day: dt.date) -> bool:
         f"FOR VALUES FROM ('{day.isoformat()}') TO ('{(day + dt.timedelta(days=1)).isoformat()}')"
     )
     return True
+
+
+def detach(conn: Connection, name: str) -> str:
+    """Take partition ``name`` out of ``events`` in the caller's transaction, renamed for
+    dropping; its new name. Its files are freed by a DROP after this commits, which then
+    holds no lock writers need (a DROP of a partition would hold ``events`` until its files
+    are freed: seconds for gigabytes where the file system discards on delete)."""
+    gone = f"{name}{_PRUNING}"
+    # Both tables it changes (exchanges holds the foreign key's triggers), in the writers'
+    # order (storage.batch), each waited for briefly: a transaction that read events before
+    # it writes exchanges (the analysis) would otherwise deadlock with it. The caller tries
+    # again (see DETACH_TRIES); writers are never the ones to fail.
+    conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{DETACH_WAIT_MS}ms'")
+    conn.exec_driver_sql("LOCK TABLE exchanges IN SHARE ROW EXCLUSIVE MODE")
+    conn.exec_driver_sql(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
+    conn.exec_driver_sql(f"ALTER TABLE {TABLE} DETACH PARTITION {name}")
+    conn.exec_driver_sql(f"ALTER TABLE {name} RENAME TO {gone}")
+    return gone
+
+
+def leftovers(conn: Connection) -> list[str]:
+    """Partitions detached for dropping by a prune that stopped before the DROP."""
+    if conn.dialect.name != "postgresql":
+        return []
+    found = conn.execute(
+        text(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' "
+            "AND relnamespace = current_schema()::regnamespace AND relname LIKE :pattern"
+        ),
+        {"pattern": f"{TABLE}\\_%{_PRUNING}"},
+    )
+    return sorted(found.scalars())
 
 
 class DayPartitions:

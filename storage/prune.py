@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ssetape.storage import partitions
@@ -42,6 +43,7 @@ __all__ = ["BATCH_ROWS", "PruneReport", "Pruner"]
 
 log = logging.getLogger("ssetape.storage")
 
+_LOCK_NOT_AVAILABLE, _DEADLOCK = "55P03", "40P01"  # SQLSTATEs a busy detach may see
 BATCH_ROWS = 20_000  # rows (events and chunks) deleted per transaction, at most
 _CANDIDATES = 1_000  # exchanges looked at per batch
 
@@ -160,29 +162,74 @@ class Pruner:
         on_batch: Callable[[PruneReport], None] | None,
     ) -> None:
         """Drop each partition that holds only events of exchanges this prune removes."""
+        with self._engine.connect() as conn:
+            # Detached by a prune that stopped before its DROP: checked then, counted now.
+            stale = [(name, self._size(conn, name)) for name in partitions.leftovers(conn)]
+        for name, (rows, size) in stale:
+            self._drop(report, name, name, (0, -1, rows, size), 0.0, 0.0, on_batch)
         for day in days:
             ends = day.ends_at
             if ends is None or ends > report.cut:
                 continue
             t0 = time.perf_counter()
-            with self._engine.begin() as conn:
-                if (found := self._droppable(conn, report, day.name)) is None:
-                    continue  # an exchange of its range stays: its rows go one by one
-                t1 = time.perf_counter()
-                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{partitions.LOCK_WAIT}'")
-                conn.exec_driver_sql(f"DROP TABLE {day.name}")
-            lo, hi, rows, size = found
-            # A dropped table's files are unlinked: the space is the file system's again.
-            report.bytes_returned = (report.bytes_returned or 0) + size
-            log.info(
-                f"ssetape: prune: dropped {day.name} ({rows:,} events) in "
-                f"{time.perf_counter() - t1:.3f} s, after {t1 - t0:.3f} s to check and count it"
-            )
+            with self._engine.connect() as conn:
+                found = self._droppable(conn, report, day.name)
+            if found is None:
+                continue  # an exchange of its range stays: its rows go one by one
+            checked = time.perf_counter()
+            gone = self._detach(day.name)
+            detached = time.perf_counter() - checked
+            self._drop(report, day.name, gone, found, checked - t0, detached, on_batch)
+
+    def _detach(self, name: str) -> str:
+        """Detach partition ``name``, trying again while writers hold what it needs."""
+        for attempt in range(partitions.DETACH_TRIES):
+            try:
+                with self._engine.begin() as conn:
+                    return partitions.detach(conn, name)
+            except DBAPIError as exc:
+                busy = getattr(exc.orig, "sqlstate", None) in (_LOCK_NOT_AVAILABLE, _DEADLOCK)
+                if not busy or attempt == partitions.DETACH_TRIES - 1:
+                    raise
+            time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _drop(
+        self,
+        report: PruneReport,
+        name: str,
+        gone: str,
+        found: tuple[int, int, int, int],
+        checking: float,
+        detaching: float,
+        on_batch: Callable[[PruneReport], None] | None,
+    ) -> None:
+        t0 = time.perf_counter()
+        with self._engine.begin() as conn:
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{partitions.LOCK_WAIT}'")
+            conn.exec_driver_sql(f"DROP TABLE {gone}")
+        lo, hi, rows, size = found
+        # A dropped table's files are unlinked: the space is the file system's again.
+        report.bytes_returned = (report.bytes_returned or 0) + size
+        log.info(
+            f"ssetape: prune: dropped {name} ({rows:,} events, {size / 1e6:,.1f} MB): "
+            f"detached in {detaching:.3f} s (what writers may wait), its files freed in "
+            f"{time.perf_counter() - t0:.3f} s, after {checking:.3f} s to check and count it"
+        )
+        if hi >= lo:
             self._dropped.append((lo, hi))
-            report.events += rows
-            report.days_dropped += 1
-            if on_batch is not None:
-                on_batch(report)
+        report.events += rows
+        report.days_dropped += 1
+        if on_batch is not None:
+            on_batch(report)
+
+    @staticmethod
+    def _size(conn: Connection, name: str) -> tuple[int, int]:
+        """Its rows and its bytes on disk (a read: no lock that stops a writer)."""
+        rows, size = conn.exec_driver_sql(
+            f"SELECT count(*), pg_total_relation_size('{name}') FROM {name}"
+        ).one()
+        return int(rows), int(size)
 
     @staticmethod
     def _droppable(
@@ -206,11 +253,7 @@ class Pruner:
         )
         if conn.execute(kept.limit(1)).first() is not None:
             return None
-        # Counted for the report: a read of the partition, no lock that stops a writer.
-        rows, size = conn.exec_driver_sql(
-            f"SELECT count(*), pg_total_relation_size('{name}') FROM {name}"
-        ).one()
-        return lo, hi, int(rows), int(size)
+        return lo, hi, *Pruner._size(conn, name)
 
     def _candidates(self, s: Session, report: PruneReport, after: int) -> Sequence[tuple[int, int]]:
         """The next exchanges to prune and the rows (events and wire chunks) each holds."""

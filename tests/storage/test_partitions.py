@@ -244,3 +244,21 @@ def test_a_batch_repeated_after_midnight_stores_no_event_twice(store: Store) -> 
         seqs = conn.execute(text("SELECT seq FROM events ORDER BY seq")).scalars().all()
     assert seqs == list(range(len(rows)))
     assert store.exchange(uid) is not None and store.exchange(uid).event_count == len(rows)  # type: ignore[union-attr]
+
+
+def test_a_prune_stopped_between_detach_and_drop_is_finished_by_the_next(store: Store) -> None:
+    feed = Feed(store)
+    gone = [feed.exchange(OLD + dt.timedelta(seconds=i), 10) for i in range(6)]
+    feed.settle()
+    feed.close()
+    move_events(store, gone, OLD.date())
+    held = counts(store, Exchange.uid.in_(gone))
+    with store.engine.begin() as conn:  # the first prune got this far
+        left = partitions.detach(conn, partitions.partition_name(OLD.date()))
+    with store.engine.connect() as conn:
+        assert partitions.leftovers(conn) == [left]
+    report = Pruner(store).prune(CUT)
+    assert of(report) == held and report.days_dropped == 1
+    with store.engine.connect() as conn:
+        assert partitions.leftovers(conn) == []
+        assert conn.execute(text("SELECT to_regclass(:t)"), {"t": left}).scalar() is None
