@@ -33,8 +33,8 @@ from sqlalchemy import Connection, Engine, text
 from ssetape.storage.engine import one_line
 
 __all__ = [
-    "DEFAULT", "DETACH_TRIES", "LEGACY", "LOCK_WAIT", "DayPartitions", "Partition", "detach",
-    "leftovers", "partition_name",
+    "CLOSED_AFTER", "DEFAULT", "DETACH_TRIES", "LEGACY", "LOCK_WAIT", "DayPartitions",
+    "Partition", "detach", "leftovers", "partition_name",
 ]  # fmt: skip
 
 log = logging.getLogger("ssetape.storage")
@@ -48,6 +48,9 @@ LOCK_WAIT = "2s"  # a partition made (or dropped) waits this long for writers' t
 DETACH_WAIT_MS = 300
 DETACH_TRIES = 20
 _PRUNING = "_pruning"  # the suffix of a partition detached to be dropped
+# A day's partition takes no more rows this long after the day ended (by the server's clock):
+# a writer's transaction begun before midnight writes the day before until it commits.
+CLOSED_AFTER = dt.timedelta(minutes=10)
 _RETRY = 60.0  # seconds before a failed make is tried again
 # pg_advisory_xact_lock key: recorders making the same partition at once take turns.
 _LOCK_KEY = 0x5353_4554_4150_0002

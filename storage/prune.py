@@ -167,9 +167,12 @@ class Pruner:
             stale = [(name, self._size(conn, name)) for name in partitions.leftovers(conn)]
         for name, (rows, size) in stale:
             self._drop(report, name, name, (0, -1, rows, size), 0.0, 0.0, on_batch)
+        with self._engine.connect() as conn:
+            closed = conn.execute(select(func.now())).scalar_one() - partitions.CLOSED_AFTER
         for day in days:
             ends = day.ends_at
-            if ends is None or ends > report.cut:
+            # Its day over (nothing more is written there) and before the cut.
+            if ends is None or ends > report.cut or ends > closed:
                 continue
             t0 = time.perf_counter()
             with self._engine.connect() as conn:

@@ -262,3 +262,16 @@ def test_a_prune_stopped_between_detach_and_drop_is_finished_by_the_next(store: 
     with store.engine.connect() as conn:
         assert partitions.leftovers(conn) == []
         assert conn.execute(text("SELECT to_regclass(:t)"), {"t": left}).scalar() is None
+
+
+def test_a_day_still_written_is_never_dropped_whatever_the_cut(store: Store) -> None:
+    """A cut in the future takes every exchange, but today's partition stays: a stream begun
+    after the prune looked would still be writing into it."""
+    feed = Feed(store)
+    uids = [feed.exchange(NOW, 4) for _ in range(3)]
+    feed.settle()
+    feed.close()
+    held = counts(store, Exchange.uid.in_(uids))
+    report = Pruner(store, batch_rows=5).prune(NOW + 400 * DAY)
+    assert report.days_dropped == 0 and of(report) == held and report.batches == 3
+    assert partitions.partition_name(TODAY) in names(store)
