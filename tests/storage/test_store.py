@@ -35,6 +35,14 @@ TABLES = {
 HEAD = "0008"  # the newest revision in migrations/versions
 
 
+def test_the_head_a_store_opens_at_without_alembic_is_alembics() -> None:
+    from alembic.script import ScriptDirectory
+
+    from ssetape.storage.store import SCHEMA_HEAD, alembic_config
+
+    assert SCHEMA_HEAD == HEAD == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def revision(store: Store) -> list[str]:
     with store.engine.connect() as conn:
         return list(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
