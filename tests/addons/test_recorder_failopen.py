@@ -105,12 +105,15 @@ def stream_through_outage(
     record_db: str | None = None,
     args: tuple[str, ...] = (),
     loses: bool | None = True,
+    surely_seen: bool = True,
 ) -> None:
     """Stream through ``outage``: clients byte-exact and on time, one line when the store
     failed and one when it came back, and every event stored or counted lost, in the exit
     line, the run row and `ssetape stats --runs --json` alike. ``record_db``: the recorder's
     way to the store (a relay), when it is not ``db``; ``loses``: whether the outage must
-    cost events (None: it may)."""
+    cost events (None: it may); ``surely_seen``: whether the recorder must notice the outage
+    (connections killed while it waits between batches may be replaced unseen: whatever
+    touches a dead one first makes the pool drop them all)."""
     proc = recorders.start(
         record_db or db,
         "--mode",
@@ -158,8 +161,9 @@ def stream_through_outage(
         r.check(since)
 
     # One clear line when the store failed, one when it came back, the counts at exit.
-    assert len(re.findall(r"cannot write to .* traffic still flows", log)) == 1, log
-    assert "again after" in log and "Traceback" not in log, log
+    seen = len(re.findall(r"cannot write to .* traffic still flows", log))
+    assert seen == 1 or (seen == 0 and not surely_seen), log
+    assert ("again after" in log) is bool(seen) and "Traceback" not in log, log
     m = re.search(r"ssetape: (\d+) events? in (\d+) exchanges? stored, (\d+) events? and", log)
     assert m, log
     stored_n, lost = int(m.group(1)), int(m.group(3))
@@ -169,7 +173,8 @@ def stream_through_outage(
     try:
         [run] = Runs(store).all()
         assert (run.events_recorded, run.events_lost) == (stored_n, lost)
-        assert run.store_errors > 0 and run.last_error and run.stopped_at is not None
+        assert (run.store_errors > 0) is bool(seen) and run.stopped_at is not None
+        assert bool(run.last_error) is bool(seen), run.last_error
         rows = {x.request_body: x for x in store.exchanges()}
         assert len(rows) == 6 and {x.state for x in rows.values()} == {"completed"}
         events = {k: store.events(x.id) for k, x in rows.items()}

@@ -102,7 +102,7 @@ def test_postgresql_connections_killed_by_the_server(sim: Simulator, recorders: 
     with pg_database() as pg:
         stream_through_outage(
             sim, recorders, pg.url, lambda: connections_killed(pg), seconds=0.3, tokens=200,
-            args=TIMEOUT, loses=None,
+            args=TIMEOUT, loses=None, surely_seen=False,
         )  # fmt: skip
 
 
