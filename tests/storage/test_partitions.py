@@ -75,6 +75,16 @@ def move_events(store: Store, uids: list[str], day: dt.date) -> None:
         )
 
 
+def an_old_day(store: Store, n: int, events: int) -> dict[str, int]:
+    """``n`` exchanges begun 40 days ago, their events in that day's partition: what they hold."""
+    feed = Feed(store)
+    gone = [feed.exchange(OLD + dt.timedelta(seconds=i), events) for i in range(n)]
+    feed.settle()
+    feed.close()
+    move_events(store, gone, OLD.date())
+    return counts(store, Exchange.uid.in_(gone))
+
+
 def test_a_new_store_writes_each_day_into_a_partition_of_its_own(store: Store) -> None:
     assert names(store) == [
         partitions.partition_name(TODAY),
@@ -216,12 +226,7 @@ def test_prune_drops_a_day_whole_while_a_recorder_writes_and_never_one_it_must_k
 
 def test_prune_whole_days_from_the_command_line(store_url: str, store: Store) -> None:
     """As a cron job runs it: the cut is the start of its UTC day, the day goes whole."""
-    feed = Feed(store)
-    gone = [feed.exchange(OLD + dt.timedelta(seconds=i), 8) for i in range(5)]
-    feed.settle()
-    feed.close()
-    move_events(store, gone, OLD.date())
-    held = counts(store, Exchange.uid.in_(gone))
+    held = an_old_day(store, 5, 8)
     doc = prune(store_url, "--whole-days")
     assert doc["cut"] == f"{CUT.date().isoformat()}T00:00:00+00:00"
     assert doc["days_dropped"] == 1 and of(PruneReport(**{**doc, "cut": CUT})) == held
@@ -247,12 +252,7 @@ def test_a_batch_repeated_after_midnight_stores_no_event_twice(store: Store) -> 
 
 
 def test_a_prune_stopped_between_detach_and_drop_is_finished_by_the_next(store: Store) -> None:
-    feed = Feed(store)
-    gone = [feed.exchange(OLD + dt.timedelta(seconds=i), 10) for i in range(6)]
-    feed.settle()
-    feed.close()
-    move_events(store, gone, OLD.date())
-    held = counts(store, Exchange.uid.in_(gone))
+    held = an_old_day(store, 6, 10)
     with store.engine.begin() as conn:  # the first prune got this far
         left = partitions.detach(conn, partitions.partition_name(OLD.date()))
     with store.engine.connect() as conn:
