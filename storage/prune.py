@@ -186,16 +186,16 @@ class Pruner:
 
     def _detach(self, name: str) -> str:
         """Detach partition ``name``, trying again while writers hold what it needs."""
-        for attempt in range(partitions.DETACH_TRIES):
+        for attempt in range(partitions.DETACH_TRIES - 1):
             try:
                 with self._engine.begin() as conn:
                     return partitions.detach(conn, name)
             except DBAPIError as exc:
-                busy = getattr(exc.orig, "sqlstate", None) in (_LOCK_NOT_AVAILABLE, _DEADLOCK)
-                if not busy or attempt == partitions.DETACH_TRIES - 1:
+                if getattr(exc.orig, "sqlstate", None) not in (_LOCK_NOT_AVAILABLE, _DEADLOCK):
                     raise
             time.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+        with self._engine.begin() as conn:  # the last try: its error is the prune's
+            return partitions.detach(conn, name)
 
     def _drop(
         self,
