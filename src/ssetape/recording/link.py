@@ -30,6 +30,7 @@ from ssetape.recording.backlog import Backlog
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.child import PIPE_SIZE, Child
 from ssetape.recording.event_count import EventCount
+from ssetape.recording.losses import Losses
 from ssetape.recording.protocol import (
     BEGIN,
     CHUNK,
@@ -37,7 +38,6 @@ from ssetape.recording.protocol import (
     CONFIG,
     FINISH,
     GAP,
-    LOSSES,
     STREAM,
     UPDATE,
     BeginMsg,
@@ -88,21 +88,18 @@ class RecordLink:
         self._child: Child | None = None
         self._batch: list[Message] = []
         self._batch_bytes = 0
-        self._batch_events = 0  # in the batch's chunks, as the store counts them
+        # Events in the batch's chunks, as the store counts them, per exchange.
+        self._batch_events: dict[str, int] = {}
         self._events = EventCount()
         self._out = Backlog()  # framed batches the pipe has not taken yet
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching = False
-        self._orphans: set[str] = set()  # exchanges begun in a process that died
         self._restart_at = 0.0
         self._backoff = _RESTART_FIRST
         self._closing = False
         self._spawned = False
-        # Losses not yet told to a recording process: (exchanges, events).
-        self._unsent_exchanges = self._unsent_events = 0
-        self.lost_exchanges = 0
-        self.lost_events = 0  # in chunks it could not hand over
+        self._losses = Losses()  # the proxy's own
         self.restarts = 0
         # Recording processes that died, settled from the store at close.
         self.retired = Retired()
@@ -158,21 +155,22 @@ class RecordLink:
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         last = self._events.end(uid)  # a last event without its blank line
-        if uid in self._orphans:
-            self._count_lost(events=last)
-        else:
-            self._batch_events += last
+        if uid in self._losses.orphans:
+            self._losses.count(events=last)
+        elif last:
+            self._batch_events[uid] = self._batch_events.get(uid, 0) + last
         self._send((FINISH, uid, offset, fields))
 
     def chunk(self, uid: str, offset: int, data: bytes) -> None:
         """One relayed chunk, ``offset`` µs into its exchange: the hot path."""
         events = self._events.chunk(uid, data)
-        if len(self._out) > self._max_buffer or uid in self._orphans:
+        if len(self._out) > self._max_buffer or uid in self._losses.orphans:
             self._lose(uid, data, events)
             return
         self._batch.append((CHUNK, uid, offset, data))
         self._batch_bytes += len(data)
-        self._batch_events += events
+        if events:
+            self._batch_events[uid] = self._batch_events.get(uid, 0) + events
         if self._timer is None:
             self._schedule()
         elif self._batch_bytes > FLUSH_BYTES:
@@ -180,17 +178,20 @@ class RecordLink:
 
     def note_lost_exchange(self) -> None:
         """An exchange the proxy could not hand over (a bug in its hooks)."""
-        self._count_lost(exchanges=1)
+        self._losses.count(exchanges=1)
 
-    def _count_lost(self, *, exchanges: int = 0, events: int = 0) -> None:
-        self.lost_exchanges += exchanges
-        self.lost_events += events
-        self._unsent_exchanges += exchanges
-        self._unsent_events += events
+    @property
+    def lost_exchanges(self) -> int:
+        return self._losses.exchanges
+
+    @property
+    def lost_events(self) -> int:
+        """In chunks it could not hand over."""
+        return self._losses.events
 
     def _lose(self, uid: str, data: bytes, events: int) -> None:
-        self._count_lost(events=events)
-        if uid in self._orphans:
+        self._losses.count(events=events)
+        if uid in self._losses.orphans:
             self._schedule()  # the count goes out with the next batch
             return
         # In stream order, so the recording process knows where the hole is; its last bytes
@@ -204,9 +205,9 @@ class RecordLink:
 
     def _send(self, msg: BeginMsg | UpdateMsg | StreamMsg | FinishMsg) -> None:
         uid = msg[1]
-        if uid in self._orphans:
+        if uid in self._losses.orphans:
             if msg[0] == FINISH:
-                self._orphans.discard(uid)
+                self._losses.orphans.discard(uid)
             return
         self._batch.append(msg)
         if self._timer is None:
@@ -227,32 +228,20 @@ class RecordLink:
             self._timer.cancel()
             self._timer = None
         batch, self._batch, self._batch_bytes = self._batch, [], 0
-        events, self._batch_events = self._batch_events, 0
-        if self._unsent_exchanges or self._unsent_events:
-            at = len(batch) - 1 if batch and batch[-1][0] == CLOSE else len(batch)
-            batch.insert(at, (LOSSES, self._unsent_exchanges, self._unsent_events))
-            self._unsent_exchanges = self._unsent_events = 0
+        per_uid, self._batch_events = self._batch_events, {}
+        if not batch and not self._losses.untold:
+            return
+        child = self._ready_child()  # which may bury one that died since the batch began
+        batch = self._losses.shed(batch, per_uid)
+        events = sum(per_uid.values())
+        self._losses.tell(batch)
         if not batch:
             return
-        child = self._ready_child()
         if child is None:
-            self._drop(batch, events)
+            self._losses.drop(batch, events)
             return
         self._out.add(batch, events, child)
         self._write()
-
-    def _drop(self, batch: list[Message], events: int) -> None:
-        """No recording process to take ``batch``: count what it held as lost."""
-        self._count_lost(events=events)
-        for msg in batch:
-            if msg[0] == LOSSES:  # told to no one: to the next recording process then
-                self._unsent_exchanges += msg[1]
-                self._unsent_events += msg[2]
-            elif msg[0] == BEGIN:
-                self._count_lost(exchanges=1)
-                self._orphans.add(msg[1])  # the rest of it is lost too, counted here
-            elif msg[0] == FINISH:
-                self._orphans.discard(msg[1])
 
     def _write(self) -> None:
         child = self._child
@@ -281,7 +270,7 @@ class RecordLink:
     def settled(self) -> bool:
         """Whether everything handed so far is stored: nothing waits for the pipe, and the
         recording process committed the end of every exchange it began (call it on the loop)."""
-        if self._batch or self._unsent_exchanges or self._unsent_events:
+        if self._batch or self._losses.untold:
             self.flush()  # now, not a flush delay later
         child = self._child
         if child is not None and child.ended.is_set():
@@ -342,7 +331,7 @@ class RecordLink:
         self._child = None
         # Frames it never read: their events are lost (pickle keeps chunk bytes as they are).
         unfinished = len(child.open) + len(child.finishing)
-        self._count_lost(exchanges=unfinished, events=self._out.events())
+        self._losses.count(exchanges=unfinished, events=self._out.events())
         self._out.clear()
         # Its reader thread reaps it (poll() here would race that wait); a dead process is
         # reaped at once, so this only waits for one that closed the pipe but lives on.
@@ -350,7 +339,7 @@ class RecordLink:
         if code is None:
             child.proc.kill()
             code = "none: it stopped reading, so it was killed"
-        self._orphans |= child.open
+        self._losses.orphans |= child.open
         self._retire(child)
         if time.monotonic() - child.started > _RESTART_MAX:
             self._backoff = _RESTART_FIRST  # it had been fine for a while: no penalty
@@ -407,7 +396,7 @@ class RecordLink:
         self._child = None
         final = child.final
         if final is None:  # it died before its final report: the same losses
-            self._count_lost(exchanges=len(child.open) + len(child.finishing))
+            self._losses.count(exchanges=len(child.open) + len(child.finishing))
             self._retire(child)
             final = FinalCounts(saved=False, last_failure="it died before its final report")
         elif untold is not None:  # in the exit line at least (its run row misses them)
@@ -425,8 +414,8 @@ class RecordLink:
         never get is lost, counted here and told to it on its other pipe; (exchanges,
         events) if it could not be told."""
         rest = self._out.strand()
-        self.lost_exchanges += rest.own_exchanges
-        self.lost_events += rest.own_events
+        self._losses.exchanges += rest.own_exchanges  # told on the other pipe, not in a batch
+        self._losses.events += rest.own_events
         child.told += rest.own_events  # if it dies before it reads them, counted as told
         told = child.tell(rest.trailer) or child.tell(rest.short)
         log.error(

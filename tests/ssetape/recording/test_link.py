@@ -189,3 +189,51 @@ def test_an_exchange_whose_end_was_sent_but_never_stored_counts_as_lost(
     assert link.close() is None  # no final counts from a killed process
     assert link.lost_exchanges == 1
     assert "1 exchange(s) in flight not fully recorded" in caplog.text
+
+
+def test_chunks_batched_for_a_process_that_died_count_as_the_store_counts_them(
+    tmp_path: Path,
+) -> None:
+    """The recording process dies while chunks of its exchange wait for the next batch: its
+    successor never saw that exchange begin, so the proxy counts their events (an event
+    split across two chunks is one) instead of handing them to it as strays."""
+    db = str(tmp_path / "tape.db")
+    Store.open(db).close()
+
+    async def session() -> Any:
+        link = RecordLink(db, max_pending=1000, active=True)
+        link.start()
+        assert link.wait_ready(30)
+        pid = link.pid
+        assert pid is not None
+        stream(link, "cut")
+        link.chunk("cut", 1, b"data: 1\n\n")
+        link.flush()
+        await asyncio.sleep(1.2)  # one that ran a second is started again at once
+        with Store.open(db, create=False) as store:
+            wait_for(lambda: sum(x.event_count for x in store.exchanges()) == 1)
+        os.kill(pid, signal.SIGKILL)
+        while Path(f"/proc/{pid}").exists():  # until the link has reaped it
+            await asyncio.sleep(0.01)
+        # One flush window: half an event, then its end and one more (2 events, 3 chunks).
+        link.chunk("cut", 2, b"data: 2")
+        link.chunk("cut", 3, b"\n")
+        link.chunk("cut", 4, b"\ndata: 3\n\n")
+        link.finish("cut", 5, {"state": "completed", "error": None})
+        await asyncio.sleep(0.2)
+        assert link.pid not in (None, pid)  # started again for what comes next
+        stream(link, "next")
+        link.chunk("next", 1, b"data: 1\n\n")
+        link.finish("next", 2, {"state": "completed", "error": None})
+        await asyncio.sleep(0.2)
+        link.detach()
+        final = link.close()
+        assert final is not None
+        return link.retired.totals().plus(final)
+
+    total = asyncio.run(session())
+    with Store.open(db, create=False) as store:
+        stored = sum(x.event_count for x in store.exchanges())
+    assert (stored, total.events_recorded) == (2, 2)
+    assert total.events_lost == 2  # events 2 and 3 of "cut", exactly
+    assert total.exchanges_lost == 1

@@ -1,0 +1,86 @@
+"""What the proxy itself loses on the way to its recording process, counted once, told once.
+
+Chunks past the buffer's bound, batches with no recording process to take them, and the rest
+of every exchange begun in a process that died (an orphan: its successor never saw it begin)
+are lost on the proxy's side. Only the proxy can count their events as the store would (an
+event split across two chunks is one, see ``recording.event_count``), so it counts them here
+and tells the next recording process the totals in a LOSSES message: its report then carries
+them, and the exit line, its run row and ``ssetape stats`` agree.
+"""
+
+from __future__ import annotations
+
+from ssetape.recording.protocol import (
+    BEGIN,
+    CHUNK,
+    CLOSE,
+    FINISH,
+    GAP,
+    LOSSES,
+    STREAM,
+    UPDATE,
+    Message,
+)
+
+__all__ = ["Losses"]
+
+
+class Losses:
+    def __init__(self) -> None:
+        self.exchanges = 0
+        self.events = 0
+        self.orphans: set[str] = set()  # exchanges begun in a process that died
+        # Counted, not yet told to a recording process.
+        self._untold_exchanges = self._untold_events = 0
+
+    def count(self, *, exchanges: int = 0, events: int = 0) -> None:
+        self.exchanges += exchanges
+        self.events += events
+        self._untold_exchanges += exchanges
+        self._untold_events += events
+
+    @property
+    def untold(self) -> bool:
+        return bool(self._untold_exchanges or self._untold_events)
+
+    def tell(self, batch: list[Message]) -> None:
+        """Put what is untold into ``batch`` (before its CLOSE, if it ends with one)."""
+        if not self.untold:
+            return
+        at = len(batch) - 1 if batch and batch[-1][0] == CLOSE else len(batch)
+        batch.insert(at, (LOSSES, self._untold_exchanges, self._untold_events))
+        self._untold_exchanges = self._untold_events = 0
+
+    def shed(self, batch: list[Message], events: dict[str, int]) -> list[Message]:
+        """``batch`` without what belongs to orphans, their events (per exchange in
+        ``events``, taken out of it) counted lost: the batch began before their process
+        died, so the next one would get chunks of exchanges it never saw begin."""
+        orphans = self.orphans
+        if not orphans:
+            return batch
+        for uid in orphans.intersection(events):
+            self.count(events=events.pop(uid))
+        kept: list[Message] = []
+        for msg in batch:  # by msg[0] itself: mypy narrows the message's type by it
+            if msg[0] == FINISH and msg[1] in orphans:
+                orphans.discard(msg[1])
+            elif not (
+                (msg[0] == CHUNK or msg[0] == GAP or msg[0] == UPDATE or msg[0] == STREAM)
+                and msg[1] in orphans
+            ):
+                kept.append(msg)
+        return kept
+
+    def drop(self, batch: list[Message], events: int) -> None:
+        """No recording process to take ``batch``: what it held is lost, and the rest of
+        each exchange it begins."""
+        self.count(events=events)
+        for msg in batch:
+            if msg[0] == LOSSES:  # told to no one: to the next recording process then
+                self._untold_exchanges += msg[1]
+                self._untold_events += msg[2]
+            elif msg[0] == BEGIN:
+                self.count(exchanges=1)
+                self.orphans.add(msg[1])
+            elif msg[0] == FINISH:
+                self.orphans.discard(msg[1])
