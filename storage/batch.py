@@ -186,9 +186,8 @@ class Batch:
             if increments:
                 conn.exec_driver_sql(sql.count, increments)
             if not careful:
-                # After the exchanges' updates: a writer then locks exchanges before events,
-                # the order in which a prune detaching a day's partition locks them (the
-                # other order could deadlock with it).
+                # After the exchanges' updates: a writer's row locks are taken in one
+                # order, its exchanges' first.
                 self._insert(conn, sql, careful)
 
     def _insert(self, conn: Connection, sql: BatchSql, careful: bool) -> None:

@@ -137,12 +137,10 @@ def detach(conn: Connection, name: str) -> str:
     holds no lock writers need (a DROP of a partition would hold ``events`` until its files
     are freed: seconds for gigabytes where the file system discards on delete)."""
     gone = f"{name}{_PRUNING}"
-    # Both tables it changes (exchanges holds the foreign key's triggers), in the writers'
-    # order (storage.batch), each waited for briefly: a transaction that read events before
-    # it writes exchanges (the analysis) would otherwise deadlock with it. The caller tries
-    # again (see DETACH_TRIES); writers are never the ones to fail.
+    # Only events: since migration 0009 no foreign key ties exchanges to it. Waited for
+    # briefly, so that writers queued behind it wait no longer than that; the caller tries
+    # again (see DETACH_TRIES), and writers are never the ones to fail.
     conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{DETACH_WAIT_MS}ms'")
-    conn.exec_driver_sql("LOCK TABLE exchanges IN SHARE ROW EXCLUSIVE MODE")
     conn.exec_driver_sql(f"LOCK TABLE {TABLE} IN ACCESS EXCLUSIVE MODE")
     conn.exec_driver_sql(f"ALTER TABLE {TABLE} DETACH PARTITION {name}")
     conn.exec_driver_sql(f"ALTER TABLE {name} RENAME TO {gone}")
