@@ -32,7 +32,7 @@ TABLES = {
     "recorder_runs",
     "alembic_version",
 }
-HEAD = "0009"  # the newest revision in migrations/versions
+HEAD = "0010"  # the newest revision in migrations/versions
 
 
 def test_the_head_a_store_opens_at_without_alembic_is_alembics() -> None:
@@ -303,8 +303,9 @@ def test_mark_interrupted(store: Store, exchange_fields: Fields) -> None:
 
 def _storage_only(postgresql: bool) -> Any:
     """What is PostgreSQL's storage, not the models': the day partitions of events and their
-    key column (migration 0008; the ORM never reads or writes ``day``), and events without
-    the foreign key (0009: it cost more than the insert; prune deletes events itself)."""
+    key column (migration 0008; the ORM never reads or writes ``day``), events without the
+    foreign key (0009: it cost more than the insert; prune deletes events itself), and the
+    model index for prefix matches (0010)."""
 
     def include(obj: Any, name: str | None, type_: str, reflected: bool, _: Any) -> bool:
         if not postgresql:
@@ -312,6 +313,8 @@ def _storage_only(postgresql: bool) -> Any:
         if type_ == "table" and reflected and name is not None and name.startswith("events_"):
             return False
         if type_ == "foreign_key_constraint" and obj.table.name == "events":
+            return False
+        if type_ == "index" and name == "ix_exchanges_model_prefix":  # 0010: for LIKE
             return False
         return not (
             type_ == "column" and reflected and name == "day" and obj.table.name == "events"
