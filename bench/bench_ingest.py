@@ -12,8 +12,9 @@ every run). Each writer's final counts must say nothing was lost, and the store 
 hold every event (checked by counting rows).
 
 The PostgreSQL runs go into a database of their own (``ssetape_bench_ingest``, made afresh
-on the server of ``--db``), once as configured and once with ``synchronous_commit=off`` (a
-commit then waits for no WAL flush), to tell commit latency from CPU. A SQLite file beside
+on the server of ``--db``): as migrated; with the foreign key from events to exchanges that
+migration 0009 dropped (its per-row check, side by side); and with ``synchronous_commit=off``
+(a commit then waits for no WAL flush), to tell commit latency from CPU. A SQLite file beside
 them is the single-file reference. CPU, as a share of all the machine's cores over the wall
 time: the writers' own (all threads), and the PostgreSQL server's processes' (from /proc).
 """
@@ -127,6 +128,20 @@ def fresh_pg(url: str, options: str = "") -> str:
     return db
 
 
+def with_foreign_key(url: str) -> str:
+    """A fresh database whose events keep the foreign key migration 0009 dropped: the cost
+    of its check per row, side by side."""
+    db = fresh_pg(url)
+    with Store.open(db, create=False) as store, store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "ALTER TABLE events ADD CONSTRAINT fk_events_exchange_id_exchanges "
+                "FOREIGN KEY (exchange_id) REFERENCES exchanges (id) ON DELETE CASCADE"
+            )
+        )
+    return db
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True, help="a PostgreSQL URL (its server is used)")
@@ -142,6 +157,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     targets: list[tuple[str, Any]] = [
         ("PostgreSQL", lambda: fresh_pg(args.db)),
+        ("PostgreSQL, events' foreign key (before 0009)", lambda: with_foreign_key(args.db)),
         ("PostgreSQL, synchronous_commit=off", lambda: fresh_pg(args.db, NO_SYNC)),
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,7 +32,7 @@ TABLES = {
     "recorder_runs",
     "alembic_version",
 }
-HEAD = "0010"  # the newest revision in migrations/versions
+HEAD = "0011"  # the newest revision in migrations/versions
 
 
 def test_the_head_a_store_opens_at_without_alembic_is_alembics() -> None:
@@ -301,11 +301,17 @@ def test_mark_interrupted(store: Store, exchange_fields: Fields) -> None:
     assert {e.state for e in store.exchanges()} == {"interrupted", "completed"}
 
 
+# For LIKE: the model prefix (0010) and --grep's trigrams (0011).
+POSTGRESQL_INDEXES = {
+    "ix_exchanges_model_prefix", "ix_exchanges_output_text_trgm", "ix_exchanges_path_trgm",
+}  # fmt: skip
+
+
 def _storage_only(postgresql: bool) -> Any:
     """What is PostgreSQL's storage, not the models': the day partitions of events and their
     key column (migration 0008; the ORM never reads or writes ``day``), events without the
     foreign key (0009: it cost more than the insert; prune deletes events itself), and the
-    model index for prefix matches (0010)."""
+    indexes for LIKE."""
 
     def include(obj: Any, name: str | None, type_: str, reflected: bool, _: Any) -> bool:
         if not postgresql:
@@ -314,7 +320,7 @@ def _storage_only(postgresql: bool) -> Any:
             return False
         if type_ == "foreign_key_constraint" and obj.table.name == "events":
             return False
-        if type_ == "index" and name == "ix_exchanges_model_prefix":  # 0010: for LIKE
+        if type_ == "index" and name in POSTGRESQL_INDEXES:
             return False
         return not (
             type_ == "column" and reflected and name == "day" and obj.table.name == "events"
