@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from sqlalchemy import Table, func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ssetape.recorder_id import RecorderId
@@ -126,6 +125,10 @@ class Runs:
         changed = {k: v for k, v in values.items() if k not in ("recorder", "started_at")}
         if self.store.path is not None:
             check_writable(self.store.path)
+        # Imported here: only recorders save a run, and PostgreSQL's dialect (all its drivers'
+        # modules) is 40 ms of the start of every command that opens an SQLite store.
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
         insert = sqlite_insert if self.store.is_sqlite else pg_insert
         stmt = insert(_RUNS).values(values)
         stmt = stmt.on_conflict_do_update(index_elements=[_RUNS.c.recorder], set_=changed)

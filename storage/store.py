@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 from sqlalchemy import Engine, Select, inspect, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
@@ -317,6 +316,10 @@ class Store:
                     sq.on_conflict_do_update(index_elements=[Setting.key], set_={"value": value})
                 )
             else:
+                # Imported here: PostgreSQL's dialect (all its drivers' modules) is 40 ms of the
+                # start of every command on an SQLite store, which loads only its own.
+                from sqlalchemy.dialects.postgresql import insert as pg_insert
+
                 pg = pg_insert(Setting).values(key=key, value=value)
                 s.execute(
                     pg.on_conflict_do_update(index_elements=[Setting.key], set_={"value": value})
@@ -337,6 +340,8 @@ class Store:
                 sq = sqlite_insert(Setting).values(key=key, value=value)
                 s.execute(sq.on_conflict_do_nothing(index_elements=[Setting.key]))
             else:
+                from sqlalchemy.dialects.postgresql import insert as pg_insert
+
                 pg = pg_insert(Setting).values(key=key, value=value)
                 s.execute(pg.on_conflict_do_nothing(index_elements=[Setting.key]))
         stored = self.setting(key)

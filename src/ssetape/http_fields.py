@@ -14,6 +14,7 @@ or as a lone surrogate U+DC80-U+DCFF; other lone surrogates are not bytes at all
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -24,9 +25,18 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # field-vchar = VCHAR / obs-text; SP and HTAB only between two of them (5.5). No CTL: no CR,
 # LF or NUL, so a value can never end its line.
 _VCHAR = "\x21-\x7e\x80-\ud7ff\udc80-\udcff\ue000-\U0010ffff"
-_FIELD_VALUE = re.compile(f"(?:[{_VCHAR}](?:[\t {_VCHAR}]*[{_VCHAR}])?)?")
-# reason-phrase = *( HTAB / SP / VCHAR / obs-text ) (RFC 9112 4).
-_REASON = re.compile(f"[\t {_VCHAR}]*")
+_PATTERNS = {
+    "field_value": f"(?:[{_VCHAR}](?:[\t {_VCHAR}]*[{_VCHAR}])?)?",
+    # reason-phrase = *( HTAB / SP / VCHAR / obs-text ) (RFC 9112 4).
+    "reason": f"[\t {_VCHAR}]*",
+}
+
+
+@functools.cache
+def _pattern(name: str) -> re.Pattern[str]:
+    """Compiled on first use: the ranges up to U+10FFFF take 15 ms to compile, paid at every
+    start of `ssetape list` (which only needs ``origin``) if done at import."""
+    return re.compile(_PATTERNS[name])
 
 
 def field_problem(name: object, value: object) -> str | None:
@@ -34,7 +44,7 @@ def field_problem(name: object, value: object) -> str | None:
     written as it is."""
     if not isinstance(name, str) or not _TOKEN.fullmatch(name):
         return "its name is not an HTTP token"
-    if not isinstance(value, str) or not _FIELD_VALUE.fullmatch(value):
+    if not isinstance(value, str) or not _pattern("field_value").fullmatch(value):
         return (
             f"the value of {name} is not an HTTP field value (a control character such as CR, "
             "LF or NUL, or spaces around it)"
@@ -51,7 +61,7 @@ def status_problem(status: object) -> str | None:
 
 def reason_problem(reason: object) -> str | None:
     """What is wrong with a reason phrase (as "the reason phrase ..." would say it), or None."""
-    if not isinstance(reason, str) or not _REASON.fullmatch(reason):
+    if not isinstance(reason, str) or not _pattern("reason").fullmatch(reason):
         return "holds a control character (such as CR, LF or NUL)"
     return None
 

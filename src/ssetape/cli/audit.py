@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.progress import Progress
 
-from ssetape.analysis.knowledge import Knowledge
-from ssetape.analysis.stats import GROUP_BY, Stats
+from ssetape.analysis.stats import GROUP_BY
 from ssetape.cli.options import (
     TimeParam,
     db_option,
@@ -25,16 +22,18 @@ from ssetape.cli.options import (
     reader_options,
     standby_note,
 )
-from ssetape.cost.price_book import LazyPriceBook
-from ssetape.storage.filters import ExchangeFilter
-from ssetape.storage.prune import BATCH_ROWS, Pruner
-from ssetape.storage.runs import Runs
-from ssetape.storage.store import Store
-from ssetape.views.tables import runs_table, stats_table
+from ssetape.storage.prune import BATCH_ROWS
+
+# What one command needs is imported in it: `stats` does not pay for the analyser and the
+# price book of `reindex` (genai-prices' data), nor rich's progress bars.
+if TYPE_CHECKING:
+    from ssetape.storage.store import Store
 
 
 def _losses(store: Store) -> dict[str, Any] | None:
     """What recorders could not store (their run counters), if the store has any runs."""
+    from ssetape.storage.runs import Runs
+
     totals = Runs(store).totals()
     return totals if totals.get("runs") else None
 
@@ -55,6 +54,12 @@ def stats(
     db: str, read_db: str | None, by: str | None, as_json: bool, runs: bool, **filters: Any
 ) -> None:
     """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
+    from rich.console import Console
+
+    from ssetape.analysis.stats import Stats
+    from ssetape.storage.filters import ExchangeFilter
+    from ssetape.views.tables import runs_table, stats_table
+
     store = open_reader(db, read_db)
     try:
         standby = standby_note(store)
@@ -103,6 +108,12 @@ def reindex(db: str, stale: bool, profiles: dict[str, str], price_data: str) -> 
     Each exchange is read under the profile it was recorded with (its host's, for stores
     older than profiles), unless --profile names its host. --stale also takes exchanges
     priced with other price data than this run's."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ssetape.analysis.knowledge import Knowledge
+    from ssetape.cost.price_book import LazyPriceBook
+
     store = open_db(db)
     try:
         knowledge = Knowledge(store, profiles=profiles, prices=LazyPriceBook(price_data or None))
@@ -166,6 +177,11 @@ def prune(
 
     Exchanges still recording are never touched. A prune stopped half-way has committed the
     batches it reported and is resumed by running it again."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ssetape.storage.prune import Pruner
+
     store = open_db(db)
     try:
         pruner = Pruner(store, batch_rows=batch_rows)

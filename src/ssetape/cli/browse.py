@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from ssetape.cli.options import (
     filter_options,
@@ -17,17 +15,16 @@ from ssetape.cli.options import (
     reader_options,
     standby_note,
 )
-from ssetape.files import write_private
-from ssetape.storage.filters import ExchangeFilter
-from ssetape.storage.models import Exchange, Finding
-from ssetape.storage.queries import Queries
-from ssetape.storage.standby import StandbyState
-from ssetape.views.documents import EVENTS_SHOWN, summary, write_detail
-from ssetape.views.tables import events_tables, list_table, show_parts
-from ssetape.views.timeline import Timeline
-from ssetape.views.timeline_chart import TimelineChart
-from ssetape.views.timeline_svg import TimelineSvg
+from ssetape.views.documents import EVENTS_SHOWN
 from ssetape.vocabulary import ExchangeState
+
+# The store, its views and rich are imported in the commands, and the timeline only by
+# `show --timeline/--svg`: `ssetape list --help` needs none of them (SQLAlchemy alone is a
+# quarter of a second).
+if TYPE_CHECKING:
+    from ssetape.storage.models import Exchange, Finding
+    from ssetape.storage.queries import Queries
+    from ssetape.storage.standby import StandbyState
 
 AS_OF_STANDBY = "(as of the standby)"
 
@@ -40,6 +37,10 @@ AS_OF_STANDBY = "(as of the standby)"
 @click.option("--host", help="Only this host.")
 def list_cmd(db: str, read_db: str | None, limit: int, as_json: bool, **filters: Any) -> None:
     """List recorded exchanges, newest first (alias: ls)."""
+    from ssetape.storage.filters import ExchangeFilter
+    from ssetape.storage.queries import Queries
+    from ssetape.views.documents import summary
+
     store = open_reader(db, read_db)
     try:
         # Asked before the rows are read: the lag printed is then at most what they show.
@@ -50,6 +51,12 @@ def list_cmd(db: str, read_db: str | None, limit: int, as_json: bool, **filters:
             if standby is not None:
                 click.echo(_standby_line(standby, rows), err=True)
             return
+        # rich for the table only: `list --json` in a script does without it.
+        from rich.console import Console
+        from rich.text import Text
+
+        from ssetape.views.tables import list_table
+
         console = Console()
         console.print(list_table(rows, console.width))
         if standby is not None:
@@ -120,6 +127,9 @@ def show(
     event_range: tuple[int, int | None] | None,
 ) -> None:
     """Show one exchange: redacted headers, bodies, its events with their offsets."""
+    from ssetape.storage.queries import Queries
+    from ssetape.views.documents import write_detail
+
     store = open_reader(db, read_db)
     try:
         standby = standby_note(store)
@@ -134,12 +144,7 @@ def show(
             click.echo(_standby_line(standby, [x]), err=True)
         findings = queries.findings(x.id)
         if timeline or svg_file:
-            chart = Timeline.of(x, queries)
-            if svg_file:
-                write_private(svg_file, TimelineSvg(chart).render().encode())
-                click.echo(f"timeline of #{x.id} ({len(chart.marks)} events) written to {svg_file}")
-            if timeline:
-                Console().print(TimelineChart(chart).render(width=Console().width))
+            _draw_timeline(x, queries, timeline, svg_file)
             return
         start, stop = event_range or (0, None if full else EVENTS_SHOWN)
         if as_json:
@@ -148,6 +153,23 @@ def show(
         _print_show(x, queries, findings, full, start, stop)
     finally:
         store.close()
+
+
+def _draw_timeline(x: Exchange, queries: Queries, timeline: bool, svg_file: Path | None) -> None:
+    """`show --timeline` in the terminal, `--svg` in a file."""
+    from rich.console import Console
+
+    from ssetape.files import write_private
+    from ssetape.views.timeline import Timeline
+    from ssetape.views.timeline_chart import TimelineChart
+    from ssetape.views.timeline_svg import TimelineSvg
+
+    chart = Timeline.of(x, queries)
+    if svg_file:
+        write_private(svg_file, TimelineSvg(chart).render().encode())
+        click.echo(f"timeline of #{x.id} ({len(chart.marks)} events) written to {svg_file}")
+    if timeline:
+        Console().print(TimelineChart(chart).render(width=Console().width))
 
 
 def _print_show(
@@ -159,6 +181,11 @@ def _print_show(
     stop: int | None,
 ) -> None:
     """Printed as it is read: the first screen comes before the rest of the stream is read."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from ssetape.views.tables import events_tables, show_parts
+
     console = Console()
     for part in show_parts(x, findings, full=full):
         console.print(part)

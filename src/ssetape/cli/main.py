@@ -2,8 +2,10 @@
 
 Each command lives in the module of its group (browse, audit, proxy, cassettes, simulate,
 demo) and is imported only when it runs: mitmproxy takes most of a second to import, and the
-commands that only read the store must not pay for it. A new command is one function in its
-group's module and one line in :data:`COMMANDS`.
+commands that only read the store must not pay for it. ``ssetape --help`` imports none of
+them: it prints each command's first help sentence from :data:`COMMANDS` (tests/ssetape/cli/
+test_main.py checks that sentence against the command's own). A new command is one function
+in its group's module and one line in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
@@ -15,32 +17,76 @@ import click
 
 __all__ = ["COMMANDS", "main"]
 
-# name -> "module:function"
-COMMANDS = {
-    "list": "ssetape.cli.browse:list_cmd",
-    "ls": "ssetape.cli.browse:list_cmd",
-    "show": "ssetape.cli.browse:show",
-    "stats": "ssetape.cli.audit:stats",
-    "reindex": "ssetape.cli.audit:reindex",
-    "prune": "ssetape.cli.audit:prune",
-    "record": "ssetape.cli.proxy:record",
-    "run": "ssetape.cli.run:run",
-    "replay": "ssetape.cli.proxy:replay",
-    "ca": "ssetape.cli.proxy:ca",
-    "export": "ssetape.cli.cassettes:export_cmd",
-    "import": "ssetape.cli.cassettes:import_cmd",
-    "simulate": "ssetape.cli.simulate:simulate",
-    "demo": "ssetape.cli.demo:demo",
-    "web": "ssetape.cli.web:web",
-    "mcp": "ssetape.cli.mcp:mcp_cmd",
+# name -> ("module:function", the first sentence of its help, as `ssetape --help` shows it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("ssetape.cli.browse:list_cmd", "List recorded exchanges, newest first (alias: ls)."),
+    "ls": ("ssetape.cli.browse:list_cmd", "List recorded exchanges, newest first (alias: ls)."),
+    "show": (
+        "ssetape.cli.browse:show",
+        "Show one exchange: redacted headers, bodies, its events with their offsets.",
+    ),
+    "stats": (
+        "ssetape.cli.audit:stats",
+        "Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group.",
+    ),
+    "reindex": (
+        "ssetape.cli.audit:reindex",
+        "Recompute the stream knowledge (api, model, outcome, usage, timing, findings) and "
+        "each exchange's price at the rates of its day.",
+    ),
+    "prune": (
+        "ssetape.cli.audit:prune",
+        "Delete what started before a cut, in short batches, safe while recorders write.",
+    ),
+    "record": ("ssetape.cli.proxy:record", "Run a recording proxy until Ctrl-C / SIGTERM."),
+    "run": (
+        "ssetape.cli.run:run",
+        "Record what one command sends: run it through a recording proxy, with the proxy and "
+        "ssetape's CA in its environment, and exit with its exit code.",
+    ),
+    "replay": (
+        "ssetape.cli.proxy:replay",
+        "Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM.",
+    ),
+    "ca": (
+        "ssetape.cli.proxy:ca",
+        "Print where the proxy's CA certificate is and how to trust it (created if missing).",
+    ),
+    "export": (
+        "ssetape.cli.cassettes:export_cmd",
+        "Write recorded exchanges to a cassette (JSON Lines) or a HAR file.",
+    ),
+    "import": (
+        "ssetape.cli.cassettes:import_cmd",
+        "Add a cassette's exchanges to a store (one transaction; exchanges already there are "
+        "skipped), ready for `ssetape replay`.",
+    ),
+    "simulate": (
+        "ssetape.cli.simulate:simulate",
+        "Serve a simulated OpenAI/Anthropic-style streaming API (no key, no network).",
+    ),
+    "demo": (
+        "ssetape.cli.demo:demo",
+        "Record a few streams from the built-in simulator, show them, and replay them.",
+    ),
+    "web": (
+        "ssetape.cli.web:web",
+        "Browse the store in a web page: exchanges, timelines, events, live (read-only).",
+    ),
+    "mcp": (
+        "ssetape.cli.mcp:mcp_cmd",
+        "Serve the store to coding agents over MCP on stdio (read-only tools).",
+    ),
 }
 
 
 class LazyGroup(click.Group):
     """A group whose commands are imported when they are looked up (click's documented way
-    of loading subcommands lazily)."""
+    of loading subcommands lazily), and whose help lists them without importing any."""
 
-    def __init__(self, *args: Any, commands_by_name: dict[str, str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, commands_by_name: dict[str, tuple[str, str]], **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._lazy = commands_by_name
 
@@ -51,10 +97,23 @@ class LazyGroup(click.Group):
         target = self._lazy.get(cmd_name)
         if target is None:
             return None
-        module, _, name = target.partition(":")
+        module, _, name = target[0].partition(":")
         command = getattr(importlib.import_module(module), name)
         assert isinstance(command, click.Command)
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own listing, from the table: importing every command to read its help
+        would import mitmproxy, Starlette and MCP (more than a second) to print a screen."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        # A stand-in command shortens the sentence exactly as click shortens the real one's.
+        rows = [
+            (name, click.Command(name, help=self._lazy[name][1]).get_short_help_str(limit))
+            for name in names
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(

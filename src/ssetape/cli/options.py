@@ -7,20 +7,19 @@ import datetime as dt
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import orjson
-from sqlalchemy import make_url
 
-from ssetape.analysis.apis import api_names
 from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, profile_names
-from ssetape.cost.price_book import PriceBook, PriceDataError
-from ssetape.storage.filters import parse_since
-from ssetape.storage.runs import Runs
-from ssetape.storage.standby import StandbyState, is_standby, standby_state
-from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import MAX_SESSION, Outcome, check_session
+
+# The store (SQLAlchemy) and the price book are imported where they are used: every command
+# module builds its options from here at import, and `ssetape CMD --help` needs neither.
+if TYPE_CHECKING:
+    from ssetape.storage.standby import StandbyState
+    from ssetape.storage.store import Store
 
 __all__ = [
     "DEFAULT_CONFDIR",
@@ -119,6 +118,10 @@ session_option = click.option(
 def open_db(db: str, *, create: bool = False) -> Store:
     """Open a store for a command: a one-line error if that fails. Exchanges left
     ``recording`` by a recorder that is gone (crash, kill -9) show as ``interrupted``."""
+    from ssetape.storage.runs import Runs
+    from ssetape.storage.standby import is_standby
+    from ssetape.storage.store import Store, StoreError
+
     try:
         store = Store.open(db, create=create)
     except StoreError as e:
@@ -136,6 +139,8 @@ def open_reader(db: str, read_db: str | None, *, create: bool = False) -> Store:
     ``open_db`` does."""
     if not read_db:
         return open_db(db, create=create)
+    from ssetape.storage.store import Store, StoreError
+
     try:
         return Store.open_read_only(read_db)
     except StoreError as e:
@@ -144,11 +149,15 @@ def open_reader(db: str, read_db: str | None, *, create: bool = False) -> Store:
 
 def standby_note(store: Store) -> StandbyState | None:
     """How current a store read through a standby is; None on a primary or SQLite."""
+    from ssetape.storage.standby import standby_state
+
     return standby_state(store.engine)
 
 
 def shown(db: str) -> str:
     """The database as it may be printed: no password."""
+    from sqlalchemy import make_url
+
     return make_url(db).render_as_string(hide_password=True) if "://" in db else db
 
 
@@ -178,6 +187,9 @@ def proxy_options(f: F) -> F:
 def _price_data(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     if not value:
         return ""
+    # Here: genai-prices' data and its reader are for the commands that price, when asked.
+    from ssetape.cost.price_book import PriceBook, PriceDataError
+
     try:  # one read now, so that a wrong file stops the command before anything starts
         PriceBook.from_file(value)
     except PriceDataError as e:
@@ -224,6 +236,28 @@ def validate_mode(mode: str) -> str:
     )
 
 
+class ApiChoice(click.Choice):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
+    """``--api``: the API names, read when first needed (to check a value, or for help).
+    They import every API's rules, 30 ms that `ssetape list` without --api never needs."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] | None = None
+        super().__init__(())
+        self._names = None  # click set its empty tuple: still to be read
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._names is None:
+            from ssetape.analysis.apis import api_names
+
+            self._names = tuple(api_names())
+        return self._names
+
+    @choices.setter
+    def choices(self, value: tuple[str, ...]) -> None:
+        self._names = value
+
+
 class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
     """A time option: a duration ago (30m, 1h, 2d) or an ISO date/time (naive = UTC)."""
 
@@ -235,6 +269,8 @@ class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in c
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, dt.datetime):
             return value
+        from ssetape.storage.filters import parse_since
+
         try:
             return parse_since(str(value), option=self.option)
         except ValueError as e:
@@ -245,7 +281,7 @@ def filter_options(f: F) -> F:
     """The options of ``storage.filters.ExchangeFilter``, passed to the command as keyword
     arguments (``ExchangeFilter.pop`` takes them back out)."""
     return _apply(f, [
-        click.option("--api", type=click.Choice(api_names()), help="Only this API kind."),
+        click.option("--api", type=ApiChoice(), help="Only this API kind."),
         click.option("--model", help="Only this model (exact or prefix)."),
         click.option("--outcome", type=click.Choice([o.value for o in Outcome]),
                      help="Only this outcome (completed, error, refused, ...)."),

@@ -7,15 +7,18 @@ import codecs
 import re
 import secrets
 from collections.abc import Callable, Iterable
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
 from ssetape.cost.price import usd
 from ssetape.framing.framings import Framing, framing_of_headers
 from ssetape.http_fields import origin
-from ssetape.storage.models import Event, Exchange, Finding
-from ssetape.storage.queries import Queries
+
+# Types only: `ssetape show --help` reads EVENTS_SHOWN without importing the store.
+if TYPE_CHECKING:
+    from ssetape.storage.models import Event, Exchange, Finding
+    from ssetape.storage.queries import Queries
 
 __all__ = ["EVENTS_SHOWN", "cost_of", "knowledge", "origin_of", "summary", "url_of", "write_detail"]
 
