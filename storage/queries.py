@@ -261,8 +261,8 @@ class Queries:
                 Exchange.cost_nusd,
             )
         )
-        with self.store.Session() as s:
-            for row in s.execute(stmt.execution_options(yield_per=10_000)):
+        with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
+            for row in conn.execute(stmt.execution_options(yield_per=10_000)):
                 yield StatRow._make(row)
 
     # -- events --------------------------------------------------------------------------
@@ -366,8 +366,8 @@ class Queries:
         key = GROUP_BY[by] if by else Exchange.id
         cols = (Exchange.started_at, Exchange.outcome, Exchange.status, Exchange.state)
         stmt = filters.apply(select(key, *cols, Exchange.ttfb_us, Exchange.ttft_us))
-        with self.store.Session() as s:
-            for row in s.execute(stmt.execution_options(yield_per=10_000)):
+        with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
+            for row in conn.execute(stmt.execution_options(yield_per=10_000)):
                 yield SeriesRow(*row)
 
     def stalled(
@@ -410,8 +410,8 @@ class Queries:
         last end."""
         key = GROUP_BY[by] if by else Exchange.id
         stmt = filters.apply(select(key, Exchange.started_at, Exchange.duration_us))
-        with self.store.Session() as s:
-            for row in s.execute(stmt.execution_options(yield_per=10_000)):
+        with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
+            for row in conn.execute(stmt.execution_options(yield_per=10_000)):
                 yield SpanRow(*row)
 
 
