@@ -414,8 +414,7 @@ class RecordLink:
         never get is lost, counted here and told to it on its other pipe; (exchanges,
         events) if it could not be told."""
         rest = self._out.strand()
-        self._losses.exchanges += rest.own_exchanges  # told on the other pipe, not in a batch
-        self._losses.events += rest.own_events
+        self._losses.count_told(exchanges=rest.own_exchanges, events=rest.own_events)
         child.told += rest.own_events  # if it dies before it reads them, counted as told
         told = child.tell(rest.trailer) or child.tell(rest.short)
         log.error(

@@ -39,6 +39,11 @@ class Losses:
         self._untold_exchanges += exchanges
         self._untold_events += events
 
+    def count_told(self, *, exchanges: int, events: int) -> None:
+        """Lost, and told to the recording process some other way (its other pipe)."""
+        self.exchanges += exchanges
+        self.events += events
+
     @property
     def untold(self) -> bool:
         return bool(self._untold_exchanges or self._untold_events)
