@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from sqlalchemy import Boolean, Row, Select, and_, func, or_, select
+from sqlalchemy import Row, Select, and_, func, or_, select
 
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
+from ssetape.storage.narrowing import Narrowing
 from ssetape.storage.standby import StandbyState, standby_state
 from ssetape.storage.store import Store
 
@@ -38,10 +39,6 @@ GROUP_BY = {
     "status": Exchange.status,
     "session": Exchange.session,
 }
-
-# Matches past which a filtered page walks the time index (see Queries._filtered): at this
-# many of a million, a page of 50 walks some 25,000 index entries (~20 ms).
-_COMMON = 2000
 
 # Rows a page holds: big enough that a page costs one round trip per thousand rows, small
 # enough that a page of large events stays a few megabytes.
@@ -99,6 +96,7 @@ class Queries:
     def __init__(self, store: Store, *, page: int = PAGE) -> None:
         self.store = store
         self.page = page
+        self.narrowing = Narrowing(store)
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -126,7 +124,7 @@ class Queries:
             order = (Exchange.started_at.asc(), Exchange.id.asc())
         stmt = select(Exchange).order_by(*order)
         if filters is not None:
-            stmt = self._filtered(stmt, filters, paged=limit is not None)
+            stmt = self.narrowing.apply(stmt, filters, paged=limit is not None)
         if before is not None:
             at = select(Exchange.started_at).where(Exchange.id == before).scalar_subquery()
             # Written as a range on started_at first, so that both backends use the index.
@@ -141,34 +139,6 @@ class Queries:
             stmt = stmt.limit(limit)
         with self.store.Session() as s:
             return list(s.scalars(stmt))
-
-    def _filtered(self, stmt: S, filters: ExchangeFilter, *, paged: bool) -> S:
-        """``stmt`` narrowed by ``filters``. On SQLite, a page of what many exchanges match
-        (api=messages: a quarter of a million of a million) walks the started_at index
-        newest first, skipping the others, rather than reading every match through the
-        filter's own index to sort them all (half a second): SQLite's planner has no
-        statistics to tell a common value from a rare one, so a bounded count tells it
-        (``likely()`` keeps it off the filter's index). A rare value keeps the filter's
-        index: a few sorted rows. PostgreSQL's planner has the statistics."""
-        cond = filters.apply(select(Exchange.id)).whereclause
-        if cond is None:
-            return stmt
-        if paged and self.store.is_sqlite and self._common(filters):
-            return stmt.where(func.likely(cond, type_=Boolean))
-        return stmt.where(cond)
-
-    def _common(self, filters: ExchangeFilter) -> bool:
-        """Whether at least _COMMON exchanges match the filters SQLite would read through an
-        index of their own (api, outcome: equalities on indexed columns), reading no more
-        index entries than that. (Model prefixes, hosts and text are not read that way: the
-        planner walks the time index for them already.)"""
-        indexed = ExchangeFilter(api=filters.api, outcome=filters.outcome)
-        cond = indexed.apply(select(Exchange.id)).whereclause
-        if cond is None:
-            return False
-        probe = select(Exchange.id).where(cond).limit(_COMMON).subquery()
-        with self.store.engine.connect() as conn:
-            return conn.execute(select(func.count()).select_from(probe)).scalar_one() >= _COMMON
 
     def exchanges_by_id(self, ids: list[int]) -> list[Exchange]:
         """These exchanges (those that exist), by id."""
@@ -247,7 +217,7 @@ class Queries:
         """What `ssetape stats` counts, one row per matching exchange, streamed from the
         server (``by``: a key of :data:`GROUP_BY`, None for one group)."""
         key = GROUP_BY[by] if by else Exchange.id
-        stmt = filters.apply(
+        stmt = self.narrowing.apply(
             select(
                 key,
                 Exchange.outcome,
@@ -259,7 +229,8 @@ class Queries:
                 Exchange.output_tokens,
                 Exchange.tokens_per_s,
                 Exchange.cost_nusd,
-            )
+            ),
+            filters,
         )
         with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
             for row in conn.execute(stmt.execution_options(yield_per=10_000)):
@@ -365,7 +336,7 @@ class Queries:
         (as :meth:`stat_rows`), start time, what tells an error, TTFB and TTFT."""
         key = GROUP_BY[by] if by else Exchange.id
         cols = (Exchange.started_at, Exchange.outcome, Exchange.status, Exchange.state)
-        stmt = filters.apply(select(key, *cols, Exchange.ttfb_us, Exchange.ttft_us))
+        stmt = self.narrowing.apply(select(key, *cols, Exchange.ttfb_us, Exchange.ttft_us), filters)
         with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
             for row in conn.execute(stmt.execution_options(yield_per=10_000)):
                 yield SeriesRow(*row)
@@ -376,7 +347,9 @@ class Queries:
         """Exchanges whose longest pause between two events reached ``min_gap_us``, newest
         first, in pages keyed as :meth:`exchanges` (``before``: the last id of the previous
         page)."""
-        stmt = filters.apply(select(Exchange).where(Exchange.gap_max_us >= min_gap_us))
+        stmt = self.narrowing.apply(
+            select(Exchange).where(Exchange.gap_max_us >= min_gap_us), filters, paged=True
+        )
         if before is not None:
             at = select(Exchange.started_at).where(Exchange.id == before).scalar_subquery()
             stmt = stmt.where(
@@ -392,7 +365,7 @@ class Queries:
     ) -> list[tuple[Finding, Exchange]]:  # fmt: skip
         """Findings (of ``code``, or all) with their exchange, newest exchange first, in pages
         keyed on (exchange id, n): ``before`` is the last of the previous page."""
-        stmt = filters.apply(select(Finding, Exchange).join(Exchange))
+        stmt = self.narrowing.apply(select(Finding, Exchange).join(Exchange), filters)
         if code:
             stmt = stmt.where(Finding.code == code)
         if before is not None:
@@ -409,7 +382,7 @@ class Queries:
         :meth:`stat_rows`), streamed: a group's wall time runs from its first start to its
         last end."""
         key = GROUP_BY[by] if by else Exchange.id
-        stmt = filters.apply(select(key, Exchange.started_at, Exchange.duration_us))
+        stmt = self.narrowing.apply(select(key, Exchange.started_at, Exchange.duration_us), filters)
         with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
             for row in conn.execute(stmt.execution_options(yield_per=10_000)):
                 yield SpanRow(*row)

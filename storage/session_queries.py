@@ -28,6 +28,7 @@ from sqlalchemy import (
 
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
+from ssetape.storage.narrowing import Narrowing
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
 
@@ -174,7 +175,7 @@ class SessionQueries:
             .group_by(Exchange.session)
         )
         if filters is not None:
-            stmt = filters.apply(stmt)
+            stmt = Narrowing(self.store).apply(stmt, filters)
         if before is not None:
             at, name = before
             stmt = stmt.having(or_(last < at, and_(last == at, Exchange.session < name)))
@@ -186,7 +187,7 @@ class SessionQueries:
         """One session's totals (over its calls matching ``filters``); None if it has none."""
         stmt = select(*self._totals_columns()).where(Exchange.session == name)
         if filters is not None:
-            stmt = filters.apply(stmt)
+            stmt = Narrowing(self.store).apply(stmt, filters)
         with self.store.engine.connect() as conn:
             row = conn.execute(stmt).one()
         return None if not row[0] else self._totals(name, row)
@@ -199,7 +200,7 @@ class SessionQueries:
         of the previous page."""
         stmt = select(*_CALL_COLUMNS).where(Exchange.session == name)
         if filters is not None:
-            stmt = filters.apply(stmt)
+            stmt = Narrowing(self.store).apply(stmt, filters)
         if after is not None:
             at = select(Exchange.started_at).where(Exchange.id == after).scalar_subquery()
             stmt = stmt.where(

@@ -41,7 +41,7 @@ __all__ = ["SCHEMA_HEAD", "Store", "StoreError", "alembic_config"]
 # The newest revision in migrations/versions (tests/storage/test_store.py checks it against
 # Alembic's own reading). A store already there opens without importing Alembic: a third of a
 # second of every command's start.
-SCHEMA_HEAD = "0011"
+SCHEMA_HEAD = "0012"
 
 # pg_advisory_xact_lock key serialising migrations of a fleet of recorders
 # that start at once (the bytes of "ssetape1" as a signed 64-bit integer).
@@ -209,6 +209,14 @@ class Store:
 
     def _migrate(self) -> None:
         """Upgrade to head; refuse (without writing) a schema from a newer ssetape."""
+        self._upgrade()
+        if self.is_sqlite:
+            from ssetape.storage.text_index import TextIndex
+
+            with self.engine.connect() as conn, conn.begin():
+                TextIndex.keep(conn)
+
+    def _upgrade(self) -> None:
         with self.engine.connect() as conn, conn.begin():
             if self._current(conn) == (SCHEMA_HEAD,):
                 return  # the common case, without Alembic

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ssetape.records import EventRow
-from ssetape.storage import queries as queries_module
+from ssetape.storage import narrowing as narrowing_module
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.queries import EventSpan, Queries
@@ -54,7 +54,7 @@ def test_events_come_in_pages_by_seq(
     assert [x.id for x in queries.exchanges(limit=1)] == [xid]
 
 
-# Both ways SQLite reads a filtered page (see Queries._filtered): a value this few exchanges
+# Both ways SQLite reads a filtered page (see storage.narrowing): a value this few exchanges
 # have through its index, one that many have along the time index.
 @pytest.mark.parametrize("common", [None, 2], ids=["rare", "common"])
 def test_exchanges_come_newest_first_in_keyset_pages_narrowed_by_a_filter(
@@ -66,7 +66,7 @@ def test_exchanges_come_newest_first_in_keyset_pages_narrowed_by_a_filter(
     """The pages a viewer walks, "older" link after "older" link: every exchange once, in
     order, with ties on started_at split by id, and only those the filter names."""
     if common is not None:
-        monkeypatch.setattr(queries_module, "_COMMON", common)
+        monkeypatch.setattr(narrowing_module, "COMMON", common)
     t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     with store.Session.begin() as s:
         for n in range(23):

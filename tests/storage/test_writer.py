@@ -113,13 +113,19 @@ def test_rows_are_committed_within_the_flush_interval(
 ) -> None:
     writer.begin(uid(1), **exchange_fields())
     writer.add_events(uid(1), event_rows(0, 3))
-    time.sleep(0.15)  # no flush(): the interval alone must get the rows out
+    # No flush(): the interval (50 ms) alone must get the rows out. Polled up to 5 s, not
+    # slept a fixed time: a loaded CI machine once took longer than 150 ms.
     other = create_engine(store.engine.url)  # a separate pool: a separate connection
     try:
-        with other.connect() as conn:
-            assert conn.execute(select(func.count()).select_from(Event)).scalar() == 3
-            count = conn.execute(select(Exchange.event_count)).scalar()
-            assert count == 3
+        deadline = time.monotonic() + 5
+        while True:
+            with other.connect() as conn:
+                events = conn.execute(select(func.count()).select_from(Event)).scalar()
+                count = conn.execute(select(Exchange.event_count)).scalar()
+            if (events, count) == (3, 3) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert (events, count) == (3, 3)
     finally:
         other.dispose()
 
