@@ -2,6 +2,7 @@
 
     python -m bench.bench_ingest --db postgresql+psycopg://postgres@127.0.0.1:5432/test
                                  [--writers 1,2,4] [--events 60000] [--streams 20]
+                                 [--rounds 3] [--only REGEX]
 
 Each writer is a real recording process's core (`RecordWorker`: SSE parsing, live analysis,
 the writer thread, the store) in a process of its own, fed the messages `ssetape record`'s
@@ -15,8 +16,10 @@ The PostgreSQL runs go into a database of their own (``ssetape_bench_ingest``, m
 on the server of ``--db``): as migrated; with the foreign key from events to exchanges that
 migration 0009 dropped (its per-row check, side by side); and with ``synchronous_commit=off``
 (a commit then waits for no WAL flush), to tell commit latency from CPU. A SQLite file beside
-them is the single-file reference. CPU, as a share of all the machine's cores over the wall
-time: the writers' own (all threads), and the PostgreSQL server's processes' (from /proc).
+them is the single-file reference, and again without its text index (migration 0012's FTS5
+table and the triggers that index each exchange's text as it is written), side by side.
+CPU, as a share of all the machine's cores over the wall time: the writers' own (all
+threads), and the PostgreSQL server's processes' (from /proc).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from ssetape.recording.protocol import WorkerConfig
 from ssetape.recording.worker import RecordWorker, tune_gc
 from ssetape.storage.models import Event
 from ssetape.storage.store import Store
+from ssetape.storage.text_index import TABLE, TRIGGERS
 
 BENCH_DB = "ssetape_bench_ingest"
 NO_SYNC = "-c synchronous_commit=off"  # a commit waits for no WAL flush
@@ -149,6 +154,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=60_000, help="events per writer")
     ap.add_argument("--streams", type=int, default=20, help="streams per writer")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each; the median is shown")
+    ap.add_argument("--only", metavar="REGEX", help="only the stores whose name matches")
     args = ap.parse_args()
     counts = [int(n) for n in args.writers.split(",")]
     print(f"{args.events:,} chat events per writer in {args.streams} streams; "
@@ -162,7 +168,15 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         targets.append(("SQLite (one file)", lambda: _fresh_sqlite(Path(tmp))))
+        targets.append(
+            (
+                "SQLite, without the text index (before 0012)",
+                lambda: _fresh_sqlite(Path(tmp), text_index=False),
+            )
+        )
         for name, make in targets:
+            if args.only and not re.search(args.only, name):
+                continue
             for n in counts:
                 runs = sorted(run(make(), n, args.events, args.streams) for _ in range(args.rounds))
                 rate, cpu, server, rows, _ = runs[len(runs) // 2]
@@ -172,11 +186,16 @@ def main() -> None:
                       flush=True)  # fmt: skip
 
 
-def _fresh_sqlite(tmp: Path) -> str:
+def _fresh_sqlite(tmp: Path, *, text_index: bool = True) -> str:
     path = tmp / "ingest.db"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    Store.open(str(path)).close()
+    with Store.open(str(path)) as store:
+        if not text_index:  # what its triggers cost each exchange written (migration 0012)
+            with store.engine.begin() as conn:
+                for name in TRIGGERS:
+                    conn.exec_driver_sql(f"DROP TRIGGER {name}")
+                conn.exec_driver_sql(f"DROP TABLE {TABLE}")
     return str(path)
 
 

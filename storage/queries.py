@@ -22,6 +22,7 @@ from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.narrowing import Narrowing
 from ssetape.storage.standby import StandbyState, standby_state
+from ssetape.storage.stat_totals import StatTotals
 from ssetape.storage.store import Store
 
 __all__ = [
@@ -235,6 +236,11 @@ class Queries:
         with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
             for row in conn.execute(stmt.execution_options(yield_per=10_000)):
                 yield StatRow._make(row)
+
+    def stat_totals(self, by: str | None, filters: ExchangeFilter) -> Iterator[StatTotals]:
+        """What `ssetape stats` shows, a row per group, added up by the database
+        (PostgreSQL: it has ``percentile_cont``; see :class:`StatTotals`)."""
+        return StatTotals.read(self.narrowing, GROUP_BY[by] if by else None, filters)
 
     # -- events --------------------------------------------------------------------------
 

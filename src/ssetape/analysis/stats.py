@@ -10,6 +10,7 @@ from typing import Any
 from ssetape.cost.price import usd
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.queries import GROUP_BY, Queries
+from ssetape.storage.stat_totals import StatTotals
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
 
@@ -21,7 +22,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     v = sorted(values)
-    k = (len(v) - 1) * q / 100
+    k = q / 100 * (len(v) - 1)  # as PostgreSQL's percentile_cont, to the last bit
     lo, hi = math.floor(k), math.ceil(k)
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
@@ -35,6 +36,10 @@ def is_error(outcome: str | None, status: int | None, state: str) -> bool:
         return outcome in ERROR_OUTCOMES
     # Not analysed yet (`ssetape reindex` fills it): judge by transport alone.
     return (status is not None and status >= 400) or state in TRANSPORT_ERRORS
+
+
+def _name(by: str | None, group: Any) -> str:
+    return "all" if by is None else ("-" if group is None else str(group))
 
 
 class _Group:
@@ -51,33 +56,38 @@ class _Group:
         self.cost_nusd = 0
         self.priced = 0
 
-    def json(self) -> dict[str, Any]:
-        tps = percentile(self.tps, 50)
-        return {
-            "group": self.name,
-            "count": self.count,
-            "errors": self.errors,
-            "error_rate": round(self.errors / self.count, 4) if self.count else 0.0,
-            "ttfb_ms": {
-                "p50": _ms(percentile(self.ttfb, 50)),
-                "p95": _ms(percentile(self.ttfb, 95)),
-            },
-            "ttft_ms": {
-                "p50": _ms(percentile(self.ttft, 50)),
-                "p95": _ms(percentile(self.ttft, 95)),
-            },
-            # Sums of what the streams reported; usage_reported says how many did.
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "usage_reported": self.usage_reported,
-            "tokens_per_s": {"p50": None if tps is None else round(tps, 2)},
-            # The sum over the priced exchanges (exact, in nano-dollars); None when none
-            # was priced, never 0. ``unpriced``: how many the sum leaves out.
-            "cost_usd": usd(self.cost_nusd) if self.priced else None,
-            "cost_nusd": self.cost_nusd if self.priced else None,
-            "priced": self.priced,
-            "unpriced": self.count - self.priced,
-        }
+    def totals(self) -> StatTotals:
+        return StatTotals(
+            self.name, self.count, self.errors,
+            percentile(self.ttfb, 50), percentile(self.ttfb, 95),
+            percentile(self.ttft, 50), percentile(self.ttft, 95),
+            percentile(self.tps, 50), sum(self.ttft) if self.ttft else None,
+            self.input_tokens, self.output_tokens, self.usage_reported,
+            self.cost_nusd, self.priced,
+        )  # fmt: skip
+
+
+def _doc(name: str, t: StatTotals) -> dict[str, Any]:
+    tps = t.tokens_per_s_p50
+    return {
+        "group": name,
+        "count": t.exchanges,
+        "errors": t.errors,
+        "error_rate": round(t.errors / t.exchanges, 4) if t.exchanges else 0.0,
+        "ttfb_ms": {"p50": _ms(t.ttfb_p50), "p95": _ms(t.ttfb_p95)},
+        "ttft_ms": {"p50": _ms(t.ttft_p50), "p95": _ms(t.ttft_p95)},
+        # Sums of what the streams reported; usage_reported says how many did.
+        "input_tokens": t.input_tokens,
+        "output_tokens": t.output_tokens,
+        "usage_reported": t.usage_reported,
+        "tokens_per_s": {"p50": None if tps is None else round(tps, 2)},
+        # The sum over the priced exchanges (exact, in nano-dollars); None when none
+        # was priced, never 0. ``unpriced``: how many the sum leaves out.
+        "cost_usd": usd(t.cost_nusd) if t.priced else None,
+        "cost_nusd": t.cost_nusd if t.priced else None,
+        "priced": t.priced,
+        "unpriced": t.exchanges - t.priced,
+    }
 
 
 class Stats:
@@ -87,9 +97,30 @@ class Stats:
         self._store = store
 
     def groups(self, by: str | None, filters: ExchangeFilter) -> list[dict[str, Any]]:
+        queries = Queries(self._store)
+        if self._store.is_sqlite:
+            totals = self._added_up(queries, by, filters)
+        else:  # the server adds up and takes the percentiles: a row per group
+            totals = {_name(by, t.group): t for t in queries.stat_totals(by, filters)}
+        ordered = sorted(totals.items(), key=lambda kv: (-kv[1].exchanges, kv[0]))
+        out = [_doc(name, t) for name, t in ordered]
+        if by == "session":
+            walls = self._wall_us(filters)
+            for (name, t), doc in zip(ordered, out, strict=True):
+                # The time its calls spent waiting for their first tokens: calls may
+                # overlap, so it can be more than the wall time.
+                doc["ttft_total_ms"] = _ms(t.ttft_sum or 0)
+                doc["wall_ms"] = _ms(walls.get(name))
+        return out
+
+    @staticmethod
+    def _added_up(
+        queries: Queries, by: str | None, filters: ExchangeFilter
+    ) -> dict[str, StatTotals]:
+        """SQLite, which has no percentile function: each exchange's row, added up here."""
         groups: dict[str, _Group] = {}
-        for row in Queries(self._store).stat_rows(by, filters):
-            name = "all" if by is None else ("-" if row.group is None else str(row.group))
+        for row in queries.stat_rows(by, filters):
+            name = _name(by, row.group)
             g = groups.get(name)
             if g is None:
                 g = groups[name] = _Group(name)
@@ -109,16 +140,7 @@ class Stats:
             if row.cost_nusd is not None:
                 g.priced += 1
                 g.cost_nusd += row.cost_nusd
-        ordered = sorted(groups.values(), key=lambda g: (-g.count, g.name))
-        out = [g.json() for g in ordered]
-        if by == "session":
-            walls = self._wall_us(filters)
-            for g, doc in zip(ordered, out, strict=True):
-                # The time its calls spent waiting for their first tokens: calls may
-                # overlap, so it can be more than the wall time.
-                doc["ttft_total_ms"] = _ms(sum(g.ttft))
-                doc["wall_ms"] = _ms(walls.get(g.name))
-        return out
+        return {name: g.totals() for name, g in groups.items()}
 
     def _wall_us(self, filters: ExchangeFilter) -> dict[str, float]:
         """Each session's wall time: its first call's start to its last call's end (a call

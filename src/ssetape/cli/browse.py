@@ -159,13 +159,15 @@ def _draw_timeline(x: Exchange, queries: Queries, timeline: bool, svg_file: Path
     """`show --timeline` in the terminal, `--svg` in a file."""
     from rich.console import Console
 
-    from ssetape.files import write_private
     from ssetape.views.timeline import Timeline
     from ssetape.views.timeline_chart import TimelineChart
-    from ssetape.views.timeline_svg import TimelineSvg
 
     chart = Timeline.of(x, queries)
     if svg_file:
+        # Only here: the SVG's escaping imports xml.sax, which imports urllib and http.
+        from ssetape.files import write_private
+        from ssetape.views.timeline_svg import TimelineSvg
+
         write_private(svg_file, TimelineSvg(chart).render().encode())
         click.echo(f"timeline of #{x.id} ({len(chart.marks)} events) written to {svg_file}")
     if timeline:

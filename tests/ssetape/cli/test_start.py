@@ -89,3 +89,13 @@ def test_help_imports_no_store(args: list[str]) -> None:
     assert loaded(args, heavy) == []
     if args == ["--help"]:
         assert loaded(args, ["ssetape.cli.browse", "ssetape.cli.audit"]) == []
+
+
+def test_the_terminal_timeline_imports_no_svg(db: str) -> None:
+    """`show --timeline` draws in the terminal: the SVG's escaping (xml.sax, which imports
+    urllib and http.client) is for `--svg` only."""
+    asked = ["ssetape.views.timeline_svg", "xml.sax", "http.client"]
+    assert loaded(["show", "1", "--timeline", "--db", db], asked) == []
+    assert "ssetape.views.timeline" in loaded(
+        ["show", "1", "--timeline", "--db", db], ["ssetape.views.timeline"]
+    )
