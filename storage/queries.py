@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sqlalchemy import Row, Select, and_, func, or_, select
 
@@ -220,7 +220,7 @@ class Queries:
         key = GROUP_BY[by] if by else Exchange.id
         stmt = self.narrowing.apply(
             select(
-                key,
+                key.label("group"),
                 Exchange.outcome,
                 Exchange.status,
                 Exchange.state,
@@ -234,8 +234,11 @@ class Queries:
             filters,
         )
         with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
-            for row in conn.execute(stmt.execution_options(yield_per=10_000)):
-                yield StatRow._make(row)
+            rows = conn.execute(stmt.execution_options(yield_per=10_000))
+            # Each row has StatRow's fields by name and in order: made into none (a tenth
+            # of the time for tens of thousands of rows).
+            for part in rows.partitions():
+                yield from cast("list[StatRow]", part)
 
     def stat_totals(self, by: str | None, filters: ExchangeFilter) -> Iterator[StatTotals]:
         """What `ssetape stats` shows, a row per group, added up by the database
