@@ -15,8 +15,9 @@ SQLite the store is asked first, in a few index seeks:
 - a page of a value many exchanges share walks the time index newest first instead of
   reading every match to sort them (``likely()`` keeps the planner off the value's index).
 
-What each query then returns is exactly what the filter's own clause returns: the clause
-stays in the query beside what the probes found.
+What each query then returns is exactly what the filter's own clause returns: the models
+are those its prefix matches in SQLite's own terms, and a word's ``LIKE`` stays in the query
+beside the ids the index found.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class Narrowing:
                 return stmt.where(false())
             if found is not None and found < COMMON:
                 extra.append(Exchange.id.in_(self._holding(filters.text)))
+                paged = False  # those few ids, sorted, are the page: no walk of the time index
         cond = rest.apply(select(Exchange.id)).whereclause
         parts = [c for c in (cond, *extra) if c is not None]
         if not parts:
@@ -147,25 +149,22 @@ class Narrowing:
         wildcards in ``text`` match anything there); None when there is no index to ask."""
         if not _trigram(text) or not self._has_text_index():
             return None
-        pattern = f"%{text}%"
-        probe = union_all(
-            select(_text.c.rowid).where(_text.c.output_text.like(pattern)),
-            select(_text.c.rowid).where(_text.c.path.like(pattern)),
-        )
+        probe = self._holding(text, distinct=False)  # a count, stopped at COMMON
         counted = select(func.count()).select_from(probe.limit(COMMON).subquery())
         with self.store.engine.connect() as conn:
             return int(conn.execute(counted).scalar_one())
 
     @staticmethod
-    def _holding(text: str) -> Any:
-        """The ids of the exchanges the text index holds ``text`` in, as a subquery. The
-        pattern has no ESCAPE: FTS5 reads its index only for a plain LIKE, one column at a
-        time (so a union, not an OR)."""
+    def _holding(text: str, *, distinct: bool = True) -> Any:
+        """The ids of the exchanges the text index holds ``text`` in, as a subquery (each
+        once, unless not ``distinct``). The pattern has no ESCAPE: FTS5 reads its index only
+        for a plain LIKE, one column at a time (so a union, not an OR)."""
         pattern = f"%{text}%"
-        return union(
+        parts = (
             select(_text.c.rowid).where(_text.c.output_text.like(pattern)),
             select(_text.c.rowid).where(_text.c.path.like(pattern)),
         )
+        return union(*parts) if distinct else union_all(*parts)
 
     def _has_text_index(self) -> bool:
         """Whether the store keeps its text index: the table and its triggers (a SQLite that
