@@ -118,6 +118,10 @@ class LeafCertificates:
         finally:
             pem.unlink()  # loaded: the key need not stay on disk
         ctx.set_alpn_protocols(self.alpn)
+        # TLS 1.3 servers send two session tickets after each handshake by default: each is
+        # encrypted and written for a client that never resumes (an HTTP client keeps its
+        # connection instead). In a burst of cold clients that is work on the loop they wait on.
+        ctx.num_tickets = 0
         return ctx
 
     def close(self) -> None:
