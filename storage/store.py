@@ -214,7 +214,10 @@ class Store:
             from ssetape.storage.text_index import TextIndex
 
             with self.engine.connect() as conn, conn.begin():
-                TextIndex.keep(conn)
+                mend = TextIndex.keep(conn, mend=False)  # a read: the common case
+            if mend:
+                with self.writing_engine.connect() as conn, conn.begin():
+                    TextIndex.keep(conn)
 
     def _upgrade(self) -> None:
         with self.engine.connect() as conn, conn.begin():

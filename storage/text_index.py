@@ -73,9 +73,11 @@ class TextIndex:
         return True
 
     @staticmethod
-    def keep(conn: Connection) -> None:
-        """At open: drop the triggers if this SQLite cannot run them, put them back (and
-        rebuild the index) if it can again."""
+    def keep(conn: Connection, *, mend: bool = True) -> bool:
+        """At open: whether the text index needs mending: its triggers dropped where this
+        SQLite cannot run them, or put back (and the index rebuilt) where it can again.
+        With ``mend``, mend it too: in a transaction that holds the write lock, so that two
+        processes opening the store at once mend it once."""
         wanted = (TABLE, *TRIGGERS)
         marks = ", ".join("?" * len(wanted))
         found = conn.exec_driver_sql(
@@ -83,13 +85,14 @@ class TextIndex:
         )
         names = {row[0] for row in found}
         if TABLE not in names:
-            return  # made without it (see create), or before migration 0012
-        whole = names >= set(TRIGGERS)
+            return False  # made without it (see create), or before migration 0012
         try:
             with conn.begin_nested():
                 conn.exec_driver_sql(f"SELECT rowid FROM {TABLE} WHERE rowid = 0").all()
         except DBAPIError as e:
-            if names & set(TRIGGERS):
+            if not names & set(TRIGGERS):
+                return False  # dropped already
+            if mend:
                 for name in TRIGGERS:
                     conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
                 log.warning(
@@ -98,11 +101,14 @@ class TextIndex:
                     sqlite3.sqlite_version,
                     str(e.orig).splitlines()[0] if e.orig is not None else e,
                 )
-            return
-        if not whole:
+            return True
+        if names >= set(TRIGGERS):
+            return False
+        if mend:
             log.warning("ssetape: rebuilding the store's text index (--grep)")
             TextIndex._triggers(conn)
             conn.exec_driver_sql(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
+        return True
 
     @staticmethod
     def _triggers(conn: Connection) -> None:

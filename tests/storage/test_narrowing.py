@@ -6,6 +6,7 @@ store that still records where SQLite cannot keep that index."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,12 @@ def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     )
     raw.commit()
     raw.close()
-    with caplog.at_level(logging.WARNING, "ssetape.storage"), Store.open(str(path)) as store:
+    # Two processes opening it at once (threads here): it is mended once, both open.
+    with caplog.at_level(logging.WARNING, "ssetape.storage"), ThreadPoolExecutor(2) as pool:
+        opened = list(pool.map(lambda _: Store.open(str(path)), range(2)))
+    for other in opened[1:]:
+        other.close()
+    with opened[0] as store:
         _index_is_whole(store)
         with store.engine.connect() as conn:
             names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master")}
