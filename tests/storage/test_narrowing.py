@@ -6,8 +6,8 @@ store that still records where SQLite cannot keep that index."""
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
