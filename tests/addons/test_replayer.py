@@ -36,10 +36,13 @@ MSG: dict[str, Any] = {
 }
 
 
-def timed(base: str, path: str, body: dict[str, Any]) -> tuple[int, bytes, list[float]]:
-    """Status, raw body, and the arrival time of each SSE block after the request was sent."""
+def timed(
+    base: str, path: str, body: dict[str, Any], *, http2: bool = False
+) -> tuple[int, bytes, list[float]]:
+    """Status, raw body, and the arrival time of each SSE block after the request was sent
+    (``http2``: in HTTP/2 from the first byte, without TLS)."""
     parser, times = SseParser(), []
-    with httpx.Client(timeout=30) as c:
+    with httpx.Client(timeout=30, http1=not http2, http2=http2) as c:
         t0 = time.perf_counter()
         with c.stream("POST", base + path, content=orjson.dumps(body)) as r:
             raw = b""
@@ -47,6 +50,7 @@ def timed(base: str, path: str, body: dict[str, Any]) -> tuple[int, bytes, list[
                 now = time.perf_counter() - t0
                 raw += chunk
                 times += [now] * len(parser.feed(chunk))
+    assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
     return r.status_code, raw, times
 
 
@@ -94,6 +98,22 @@ def test_replay_is_byte_identical_with_recorded_gaps(
                         for i in range(1, len(times)))  # fmt: skip
         assert errors[len(errors) // 2] < 0.005, (errors, times, offsets)
     store.close()
+
+
+def test_replay_over_http2_in_clear_text(ssetape_proc: Callable[..., Proc], db: str) -> None:
+    """A client that speaks HTTP/2 without TLS (h2c, prior knowledge) to `ssetape replay`
+    gets the recorded bytes on the recorded schedule, as an HTTP/1.1 client does."""
+    call = ("/v1/chat/completions", {**CHAT, "model": "sim-pause"})
+    upstream, [(status, raw, _)] = record(ssetape_proc, [call], db)
+    proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
+    with Store.open(db, create=False) as store:
+        (x,) = store.exchanges()
+        offsets = [e.offset_us / 1e6 for e in store.events(x.id)]
+    got_status, got_raw, times = timed(proc.url, *call, http2=True)
+    assert (got_status, got_raw) == (status, raw)
+    late = [t - o for t, o in zip(times, offsets, strict=True)]
+    assert min(late) > -0.002, (late, times, offsets)  # never early
+    assert max(late) - late[0] < 0.15, (late, times, offsets)  # the pause kept
 
 
 def test_speed_zero_and_two(ssetape_proc: Callable[..., Proc], db: str) -> None:

@@ -1,4 +1,5 @@
-"""HTTP/2 for the direct replay server, on a TLS connection whose client chose ``h2``.
+"""HTTP/2 for the direct replay server: on a TLS connection whose client chose ``h2``, or in
+clear text to a client that starts with HTTP/2's preface (prior knowledge, "h2c").
 
 Replay servers write HTTP/1.1 responses (recorded head, chunked pieces at their deadlines;
 see :class:`~ssetape.replay.player.Player`). Here each HTTP/2 stream gets a real
@@ -50,11 +51,16 @@ class H2Server:
         writer: asyncio.StreamWriter,
         authority: bytes,
         idle: float,
+        *,
+        preface: bytes = b"",
     ) -> None:
         self.respond = respond
         self.reader = reader
         self.writer = writer
-        self.authority = authority  # of the tunnel: requests are matched on its host
+        # Of the tunnel: requests are matched on its host. Empty without one (h2c): each
+        # request's own :authority names it, and its path is the target, as in HTTP/1.1.
+        self.authority = authority
+        self.preface = preface  # what the connection already read of the client's preface
         self.idle = idle
         self.conn = H2Connection(H2Configuration(client_side=False, header_encoding=None))
         self.streams: dict[int, StreamTransport] = {}
@@ -65,6 +71,8 @@ class H2Server:
         self.conn.initiate_connection()
         self.flush()
         try:
+            if self.preface:
+                self.conn.receive_data(self.preface)  # its start: no event before the rest
             while True:
                 # Idle only bounds a connection that has nothing in flight.
                 wait = None if self._tasks else self.idle
@@ -118,7 +126,8 @@ class H2Server:
         headers = {k.lower(): v for k, v in raw if not k.startswith(b":")}
         headers.setdefault(b"host", pseudo.get(b":authority", self.authority))
         method, path = pseudo.get(b":method", b"GET"), pseudo.get(b":path", b"/")
-        target = b"https://" + self.authority + path if path.startswith(b"/") else path
+        tunneled = self.authority and path.startswith(b"/")
+        target = b"https://" + self.authority + path if tunneled else path
         loop = asyncio.get_running_loop()
         transport = StreamTransport(self, sid, head_only=method == b"HEAD")
         self.streams[sid] = transport

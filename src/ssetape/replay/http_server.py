@@ -46,8 +46,14 @@ def raise_fd_limit(cap: int = 1 << 16) -> int:
     return soft
 
 
+# What a client speaking HTTP/2 without TLS sends first, up to where a head would end (the
+# rest of its preface, "SM\r\n\r\n", follows).
+H2C_PREFACE = b"PRI * HTTP/2.0\r\n\r\n"
+
+
 class HttpServer:
-    """Serves one :data:`Responder` over HTTP/1.1 keep-alive connections."""
+    """Serves one :data:`Responder` over HTTP/1.1 keep-alive connections, HTTP/2 in tunnels
+    whose client chose it, and HTTP/2 in clear text to a client that starts with it."""
 
     def __init__(
         self, respond: Responder, *, head_timeout: float = HEAD_TIMEOUT, tls: TlsFor | None = None
@@ -69,6 +75,14 @@ class HttpServer:
                 # A client that never completes a head (or sits idle between requests) does
                 # not hold its connection for good.
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
+                if head == H2C_PREFACE and tunnel is None:
+                    # HTTP/2 in clear text, with prior knowledge (RFC 9113, 3.3): the client
+                    # speaks it from its first byte, which read as a head up to here.
+                    from ssetape.replay.h2_server import H2Server
+
+                    await H2Server(self.respond, reader, writer, b"", self.head_timeout,
+                                   preface=head).serve()  # fmt: skip
+                    break
                 request_line, headers = parse_head(head)
                 if self.tls is not None and tunnel is None and request_line[0] == b"CONNECT":
                     tunnel = request_line[1] if len(request_line) > 1 else b""

@@ -127,3 +127,21 @@ def test_a_client_that_does_not_trust_the_ca_is_refused_and_counted(
     while SERVERS[url].refused_tls == before and time.monotonic() < deadline:
         time.sleep(0.01)  # the server hears of it once the client has hung up
     assert SERVERS[url].refused_tls == before + 1
+
+
+def test_http2_in_clear_text_with_prior_knowledge(proxy: tuple[str, ssl.SSLContext]) -> None:
+    """A client that speaks HTTP/2 from its first byte, without TLS (h2c, as httpx with
+    ``http1=False`` or gRPC-style clients do to a local server): the request is the path with
+    its :authority as host, as an HTTP/1.1 client's would be, and bodies arrive whole."""
+    url, _ = proxy
+    authority = url.removeprefix("http://")
+    with httpx.Client(http1=False, http2=True, timeout=10) as c:
+        r = c.post(f"{url}/v1/echo?x=1", content=b"hi")
+        assert r.http_version == "HTTP/2"
+        assert r.content == f"POST /v1/echo?x=1 HTTP/2 {authority} hi".encode()
+        assert c.get(f"{url}/big").content == BIG  # past the window, and a second stream
+        with c.stream("GET", f"{url}/chunked") as s:
+            assert b"".join(s.iter_raw()) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    # The same port still speaks HTTP/1.1 to everyone else.
+    with httpx.Client(timeout=10) as c:
+        assert c.get(f"{url}/v1/echo").content.startswith(b"GET /v1/echo HTTP/1.1")
