@@ -29,7 +29,6 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     Select,
-    String,
     and_,
     column,
     false,
@@ -43,7 +42,7 @@ from sqlalchemy import (
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
-from ssetape.storage.text_index import TABLE, TRIGGERS
+from ssetape.storage.text_index import TABLE, TextIndex
 
 __all__ = ["Narrowing"]
 
@@ -56,6 +55,8 @@ COMMON = 2000
 # Distinct models read to resolve a prefix (one index seek each, ~2 µs); a store with more
 # matches the prefix by LIKE, as before.
 MODELS = 10_000
+# Models one IN may name: SQLite before 3.32 takes at most 999 variables a statement.
+IN_LIMIT = 500
 
 # The text index's FTS5 table (see storage.text_index), as the probes read it.
 _text = table(TABLE, column("rowid"), column("output_text"), column("path"))
@@ -75,7 +76,6 @@ class Narrowing:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._text_index: bool | None = None
 
     def apply(self, stmt: S, filters: ExchangeFilter, *, paged: bool = False) -> S:
         """``stmt`` narrowed to the exchanges ``filters`` match; ``paged``: it reads only a
@@ -131,7 +131,7 @@ class Narrowing:
     def _models(self, prefix: str) -> list[str] | None:
         """The models the store has that ``prefix`` names as the filter does (itself, or
         starting with it in SQLite's LIKE: ASCII case ignored), read off the model index one
-        distinct value at a time; None past MODELS distinct models."""
+        distinct value at a time; None past MODELS distinct models or IN_LIMIT matches."""
         seen = select(func.min(Exchange.model).label("v")).cte("models", recursive=True)
         after = select(func.min(Exchange.model)).where(Exchange.model > seen.c.v)
         seen = seen.union_all(select(after.scalar_subquery()).where(seen.c.v.is_not(None)))
@@ -141,7 +141,8 @@ class Narrowing:
         if len(names) > MODELS:
             return None
         low = prefix.translate(_ASCII_LOWER)
-        return [m for m in names if m == prefix or m.translate(_ASCII_LOWER).startswith(low)]
+        found = [m for m in names if m == prefix or m.translate(_ASCII_LOWER).startswith(low)]
+        return found if len(found) <= IN_LIMIT else None
 
     def _texts(self, text: str) -> int | None:
         """How many exchanges the text index holds ``text`` in, counted up to COMMON (a
@@ -167,12 +168,7 @@ class Narrowing:
         return union(*parts) if distinct else union_all(*parts)
 
     def _has_text_index(self) -> bool:
-        """Whether the store keeps its text index: the table and its triggers (a SQLite that
-        cannot run them drops the triggers, see ``storage.text_index``)."""
-        if self._text_index is None:
-            wanted = (TABLE, *TRIGGERS)
-            name = column("name", String)
-            stmt = select(name).select_from(table("sqlite_master")).where(name.in_(wanted))
-            with self.store.engine.connect() as conn:
-                self._text_index = len(list(conn.execute(stmt))) == len(wanted)
-        return self._text_index
+        """Whether the index may be asked: asked each time, not kept (a long-lived viewer
+        must not trust an index another process's SQLite has since stopped keeping)."""
+        with self.store.engine.connect() as conn:
+            return TextIndex.ready(conn)

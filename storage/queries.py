@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, cast
 
-from sqlalchemy import Row, Select, and_, func, or_, select
+from sqlalchemy import Row, Select, and_, func, null, or_, select
 
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
@@ -77,7 +77,7 @@ class RawEvent(NamedTuple):
 
 class StatRow(NamedTuple):
     """What `ssetape stats` counts of one exchange; ``group`` is its value of the grouping
-    column (its id when not grouped)."""
+    column (None when not grouped)."""
 
     group: Any
     outcome: str | None
@@ -217,7 +217,7 @@ class Queries:
     def stat_rows(self, by: str | None, filters: ExchangeFilter) -> Iterator[StatRow]:
         """What `ssetape stats` counts, one row per matching exchange, streamed from the
         server (``by``: a key of :data:`GROUP_BY`, None for one group)."""
-        key = GROUP_BY[by] if by else Exchange.id
+        key = GROUP_BY[by] if by else null()
         stmt = self.narrowing.apply(
             select(
                 key.label("group"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from sqlalchemy import Float, and_, case, cast, func, null, or_, select
+from sqlalchemy import Float, String, and_, case, cast, func, null, or_, select
 
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
@@ -54,8 +54,11 @@ class StatTotals(NamedTuple):
         def pct(q: float, col: Any) -> Any:
             return func.percentile_cont(q).within_group(cast(col, Float))
 
+        # Grouped by the name stats shows (analysis.stats adds up SQLite's rows by name):
+        # NULL is "-", so a group of NULLs and one of a literal "-" are one group either way.
+        name = null() if key is None else func.coalesce(cast(key, String), "-")
         stmt = select(
-            key if key is not None else null(),
+            name,
             func.count(),
             func.count(case((error, 1))),
             pct(0.5, x.ttfb_us),
@@ -71,7 +74,7 @@ class StatTotals(NamedTuple):
             func.count(x.cost_nusd),
         ).select_from(x)
         if key is not None:
-            stmt = stmt.group_by(key)
+            stmt = stmt.group_by(name)
         stmt = narrowing.apply(stmt, filters)
         with narrowing.store.engine.connect() as conn:
             for row in conn.execute(stmt):

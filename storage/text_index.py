@@ -46,6 +46,15 @@ TRIGGERS = {
 }
 
 
+# What SQLite says when it lacks FTS5 or its trigram tokenizer (another error, a busy or
+# failing disk, says nothing of the library: the index is then left as it is).
+_UNABLE = ("no such module", "no such tokenizer")
+
+
+def _why(e: DBAPIError) -> str:
+    return str(e.orig).splitlines()[0] if e.orig is not None else str(e)
+
+
 class TextIndex:
     """Making, checking and mending a SQLite store's text index (see the module's text)."""
 
@@ -64,7 +73,7 @@ class TextIndex:
                 "ssetape: SQLite %s has no FTS5 trigram tokenizer (%s): --grep reads every "
                 "exchange",
                 sqlite3.sqlite_version,
-                str(e.orig).splitlines()[0] if e.orig is not None else e,
+                _why(e),
             )
             return False
         TextIndex._triggers(conn)
@@ -73,41 +82,80 @@ class TextIndex:
         return True
 
     @staticmethod
+    def ready(conn: Connection) -> bool:
+        """Whether a reader may ask the index: the table and its triggers are there (so it
+        holds every exchange) and this SQLite can read it."""
+        names = TextIndex._names(conn)
+        return names >= {TABLE, *TRIGGERS} and TextIndex._usable(conn, table=True) is True
+
+    @staticmethod
     def keep(conn: Connection, *, mend: bool = True) -> bool:
-        """At open: whether the text index needs mending: its triggers dropped where this
-        SQLite cannot run them, or put back (and the index rebuilt) where it can again.
-        With ``mend``, mend it too: in a transaction that holds the write lock, so that two
-        processes opening the store at once mend it once."""
-        wanted = (TABLE, *TRIGGERS)
-        marks = ", ".join("?" * len(wanted))
-        found = conn.exec_driver_sql(
-            f"SELECT name FROM sqlite_master WHERE name IN ({marks})", wanted
-        )
-        names = {row[0] for row in found}
+        """At open: whether the text index needs mending, and with ``mend`` (in a
+        transaction that holds the write lock, so that two processes opening the store at
+        once mend it once) mend it:
+
+        - its triggers dropped where this SQLite cannot run them (every insert would fail);
+        - put back, and the index rebuilt, where it can again;
+        - made, where the store was made by a SQLite that could not (migration 0012 made
+          nothing) and this one can.
+        """
+        names = TextIndex._names(conn)
+        usable = TextIndex._usable(conn, table=TABLE in names)
+        if usable is None:
+            return False  # an error that says nothing of the library: leave it be
+        triggers = names & set(TRIGGERS)
         if TABLE not in names:
-            return False  # made without it (see create), or before migration 0012
-        try:
-            with conn.begin_nested():
-                conn.exec_driver_sql(f"SELECT rowid FROM {TABLE} WHERE rowid = 0").all()
-        except DBAPIError as e:
-            if not names & set(TRIGGERS):
+            if not usable:
+                return False
+            if mend:
+                log.warning("ssetape: building the store's text index (--grep)")
+                TextIndex.create(conn)
+            return True
+        if not usable:
+            if not triggers:
                 return False  # dropped already
             if mend:
                 for name in TRIGGERS:
                     conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
                 log.warning(
-                    "ssetape: this SQLite (%s) cannot keep the store's text index (%s): "
+                    "ssetape: this SQLite (%s) cannot keep the store's text index: "
                     "dropped its triggers, --grep reads every exchange",
                     sqlite3.sqlite_version,
-                    str(e.orig).splitlines()[0] if e.orig is not None else e,
                 )
             return True
-        if names >= set(TRIGGERS):
+        if triggers == set(TRIGGERS):
             return False
         if mend:
             log.warning("ssetape: rebuilding the store's text index (--grep)")
             TextIndex._triggers(conn)
             conn.exec_driver_sql(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
+        return True
+
+    @staticmethod
+    def _names(conn: Connection) -> set[str]:
+        wanted = (TABLE, *TRIGGERS)
+        marks = ", ".join("?" * len(wanted))
+        found = conn.exec_driver_sql(
+            f"SELECT name FROM sqlite_master WHERE name IN ({marks})", wanted
+        )
+        return {row[0] for row in found}
+
+    @staticmethod
+    def _usable(conn: Connection, *, table: bool) -> bool | None:
+        """Whether this SQLite can read the store's table (``table``), or make one like it
+        (a temporary one, which writes nothing to the store); None on any other error."""
+        probe = (
+            f"SELECT rowid FROM {TABLE} WHERE rowid = 0"
+            if table
+            else "CREATE VIRTUAL TABLE temp.ssetape_probe USING fts5(a, tokenize='trigram')"
+        )
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(probe)
+                if not table:
+                    conn.exec_driver_sql("DROP TABLE temp.ssetape_probe")
+        except DBAPIError as e:
+            return False if any(m in _why(e) for m in _UNABLE) else None
         return True
 
     @staticmethod

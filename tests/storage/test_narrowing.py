@@ -6,6 +6,7 @@ store that still records where SQLite cannot keep that index."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -91,6 +92,8 @@ def test_every_filter_reads_what_its_own_clause_matches(
 ) -> None:
     if common is not None:
         monkeypatch.setattr(narrowing_module, "COMMON", common)
+        # And a prefix that names more models than one IN may: matched by LIKE instead.
+        monkeypatch.setattr(narrowing_module, "IN_LIMIT", 1)
     queries = Queries(filled)
     for flt in FILTERS:
         want = _plain(filled, flt)
@@ -187,7 +190,7 @@ def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     path = tmp_path / "moved.db"
     with Store.open(str(path)) as store, store.Session.begin() as s:
         s.add(Exchange(uid="a" * 32, state="completed", **exchange_fields(output_text="zanzibar")))
-    raw = __import__("sqlite3").connect(path)
+    raw = sqlite3.connect(path)
     # What an older SQLite sees: a tokenizer it does not have.
     raw.execute("PRAGMA writable_schema = ON")
     raw.execute(
@@ -209,7 +212,7 @@ def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "cannot keep the store's text index" in said[0]
     caplog.clear()
-    raw = __import__("sqlite3").connect(path)
+    raw = sqlite3.connect(path)
     raw.execute("PRAGMA writable_schema = ON")
     raw.execute(
         "UPDATE sqlite_master SET sql = replace(sql, 'trigram_x', 'trigram') WHERE name = ?",
@@ -231,3 +234,50 @@ def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     assert [r.getMessage() for r in caplog.records] == [
         "ssetape: rebuilding the store's text index (--grep)"
     ]
+
+
+def test_a_store_made_without_the_index_gets_it_where_sqlite_can_make_it(
+    tmp_path: Path,
+    exchange_fields: Callable[..., dict[str, Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Migration 0012 on a SQLite without the trigram tokenizer makes nothing; the first open
+    by one that has it builds the index."""
+    path = tmp_path / "made-old.db"
+    with Store.open(str(path)) as store:
+        with store.Session.begin() as s:
+            s.add(
+                Exchange(uid="a" * 32, state="completed", **exchange_fields(output_text="zanzibar"))
+            )
+        with store.engine.begin() as conn:  # as 0012 leaves it there
+            for name in TRIGGERS:
+                conn.exec_driver_sql(f"DROP TRIGGER {name}")
+            conn.exec_driver_sql(f"DROP TABLE {TABLE}")
+    with caplog.at_level(logging.WARNING, "ssetape.storage"), Store.open(str(path)) as store:
+        _index_is_whole(store)
+        assert Queries(store).narrowing._texts("zanzibar") == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "ssetape: building the store's text index (--grep)"
+    ]
+
+
+def test_a_reader_whose_sqlite_cannot_read_the_index_scans(
+    tmp_path: Path, exchange_fields: Callable[..., dict[str, Any]]
+) -> None:
+    """`--read-db` never mends a store: where its SQLite cannot read the index (the tokenizer
+    renamed, as an older SQLite sees it), --grep reads every exchange instead of failing."""
+    path = tmp_path / "read.db"
+    with Store.open(str(path)) as store, store.Session.begin() as s:
+        s.add(Exchange(uid="a" * 32, state="completed", **exchange_fields(output_text="zanzibar")))
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA writable_schema = ON")
+    raw.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, 'trigram', 'trigram_x') WHERE name = ?",
+        (TABLE,),
+    )
+    raw.commit()
+    raw.close()
+    with Store.open_read_only(str(path)) as store:
+        assert Queries(store).narrowing._texts("zanzibar") is None
+        found = Queries(store).exchanges(ExchangeFilter(text="zanzibar"))
+        assert [x.uid for x in found] == ["a" * 32]

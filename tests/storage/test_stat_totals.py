@@ -43,7 +43,8 @@ def filled(store: Store, exchange_fields: Callable[..., dict[str, Any]]) -> Stor
                     duration_us=rng.randrange(0, 10**7),
                     **exchange_fields(
                         started_at=t0 + dt.timedelta(seconds=n),
-                        model=rng.choice([None, "gpt-4o", "claude-sonnet-4", "gemini-2.5"]),
+                        # "-" is how stats names the exchanges without a model: one group.
+                        model=rng.choice([None, "-", "gpt-4o", "claude-sonnet-4", "gemini-2.5"]),
                         host=rng.choice(["api.openai.com", "api.anthropic.com"]),
                         api=rng.choice(["chat_completions", "messages", None]),
                     ),

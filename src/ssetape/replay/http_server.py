@@ -70,12 +70,13 @@ class HttpServer:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open.add(writer)
         tunnel: bytes | None = None  # the authority of the CONNECT this connection carries
+        first = True  # h2c's preface counts only as a connection's first bytes
         try:
             while True:
                 # A client that never completes a head (or sits idle between requests) does
                 # not hold its connection for good.
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout)
-                if head == H2C_PREFACE and tunnel is None:
+                if head == H2C_PREFACE and first:
                     # HTTP/2 in clear text, with prior knowledge (RFC 9113, 3.3): the client
                     # speaks it from its first byte, which read as a head up to here.
                     from ssetape.replay.h2_server import H2Server
@@ -83,6 +84,7 @@ class HttpServer:
                     await H2Server(self.respond, reader, writer, b"", self.head_timeout,
                                    preface=head).serve()  # fmt: skip
                     break
+                first = False
                 request_line, headers = parse_head(head)
                 if self.tls is not None and tunnel is None and request_line[0] == b"CONNECT":
                     tunnel = request_line[1] if len(request_line) > 1 else b""
