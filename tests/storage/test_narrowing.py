@@ -181,6 +181,24 @@ def test_a_store_made_before_the_index_is_indexed_when_it_migrates(
         ]
 
 
+def _tokenizer(path: Path, old: str, new: str) -> None:
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA writable_schema = ON")
+    raw.execute(
+        "UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?", (old, new, TABLE)
+    )
+    raw.commit()
+    raw.close()
+
+
+def _old_sqlite(path: Path, fields: Callable[..., dict[str, Any]]) -> None:
+    """A store with one exchange, as an older SQLite (before 3.34) sees it: a tokenizer it
+    does not have."""
+    with Store.open(str(path)) as store, store.Session.begin() as s:
+        s.add(Exchange(uid="a" * 32, state="completed", **fields(output_text="zanzibar")))
+    _tokenizer(path, "trigram", "trigram_x")
+
+
 def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     tmp_path: Path, exchange_fields: Callable[..., dict[str, Any]], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -188,17 +206,7 @@ def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     the triggers that would fail every insert, says so once, and --grep reads every exchange;
     back on a SQLite that has it, the next open puts them back and rebuilds the index."""
     path = tmp_path / "moved.db"
-    with Store.open(str(path)) as store, store.Session.begin() as s:
-        s.add(Exchange(uid="a" * 32, state="completed", **exchange_fields(output_text="zanzibar")))
-    raw = sqlite3.connect(path)
-    # What an older SQLite sees: a tokenizer it does not have.
-    raw.execute("PRAGMA writable_schema = ON")
-    raw.execute(
-        "UPDATE sqlite_master SET sql = replace(sql, 'trigram', 'trigram_x') WHERE name = ?",
-        (TABLE,),
-    )
-    raw.commit()
-    raw.close()
+    _old_sqlite(path, exchange_fields)
     with caplog.at_level(logging.WARNING, "ssetape.storage"), Store.open(str(path)) as store:
         with store.Session.begin() as s:  # recording goes on
             s.add(
@@ -212,14 +220,7 @@ def test_where_sqlite_cannot_keep_the_index_the_store_still_records(
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "cannot keep the store's text index" in said[0]
     caplog.clear()
-    raw = sqlite3.connect(path)
-    raw.execute("PRAGMA writable_schema = ON")
-    raw.execute(
-        "UPDATE sqlite_master SET sql = replace(sql, 'trigram_x', 'trigram') WHERE name = ?",
-        (TABLE,),
-    )
-    raw.commit()
-    raw.close()
+    _tokenizer(path, "trigram_x", "trigram")  # back on one that has it
     # Two processes opening it at once (threads here): it is mended once, both open.
     with caplog.at_level(logging.WARNING, "ssetape.storage"), ThreadPoolExecutor(2) as pool:
         opened = list(pool.map(lambda _: Store.open(str(path)), range(2)))
@@ -267,16 +268,7 @@ def test_a_reader_whose_sqlite_cannot_read_the_index_scans(
     """`--read-db` never mends a store: where its SQLite cannot read the index (the tokenizer
     renamed, as an older SQLite sees it), --grep reads every exchange instead of failing."""
     path = tmp_path / "read.db"
-    with Store.open(str(path)) as store, store.Session.begin() as s:
-        s.add(Exchange(uid="a" * 32, state="completed", **exchange_fields(output_text="zanzibar")))
-    raw = sqlite3.connect(path)
-    raw.execute("PRAGMA writable_schema = ON")
-    raw.execute(
-        "UPDATE sqlite_master SET sql = replace(sql, 'trigram', 'trigram_x') WHERE name = ?",
-        (TABLE,),
-    )
-    raw.commit()
-    raw.close()
+    _old_sqlite(path, exchange_fields)
     with Store.open_read_only(str(path)) as store:
         assert Queries(store).narrowing._texts("zanzibar") is None
         found = Queries(store).exchanges(ExchangeFilter(text="zanzibar"))
