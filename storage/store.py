@@ -8,7 +8,6 @@ queries the CLI, the replayer and the tests need.
 from __future__ import annotations
 
 import importlib.resources
-import logging
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,8 +37,6 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
 __all__ = ["SCHEMA_HEAD", "Store", "StoreError", "alembic_config"]
-
-log = logging.getLogger("ssetape.storage")
 
 # The newest revision in migrations/versions (tests/storage/test_store.py checks it against
 # Alembic's own reading). A store already there opens without importing Alembic: a third of a
@@ -216,22 +213,7 @@ class Store:
         if self.is_sqlite:
             from ssetape.storage.text_index import TextIndex
 
-            with self.engine.connect() as conn, conn.begin():
-                mend = TextIndex.keep(conn, mend=False)  # a read: the common case
-            if not mend:
-                return
-            try:
-                with self.writing_engine.connect() as conn, conn.begin():
-                    TextIndex.keep(conn)
-            except DBAPIError as e:
-                # A store this process may not write, or one another process is mending
-                # (a rebuild holds the lock about a minute per million exchanges): it opens
-                # all the same, and readers scan where the index is not whole.
-                log.warning(
-                    "ssetape: could not mend the store's text index (%s): --grep reads every "
-                    "exchange until it is",
-                    one_line(e.orig if e.orig is not None else e),
-                )
+            TextIndex.keep_at_open(self.engine, self.writing_engine)
 
     def _upgrade(self) -> None:
         with self.engine.connect() as conn, conn.begin():

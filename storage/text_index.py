@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 __all__ = ["TextIndex"]
@@ -87,6 +87,26 @@ class TextIndex:
         holds every exchange) and this SQLite can read it."""
         names = TextIndex._names(conn)
         return names >= {TABLE, *TRIGGERS} and TextIndex._usable(conn, table=True) is True
+
+    @staticmethod
+    def keep_at_open(engine: Engine, writing_engine: Engine) -> None:
+        """What a store's open does: look (a read: the common case ends there), and mend
+        under the write lock if need be (``writing_engine`` begins IMMEDIATE)."""
+        with engine.connect() as conn, conn.begin():
+            if not TextIndex.keep(conn, mend=False):
+                return
+        try:
+            with writing_engine.connect() as conn, conn.begin():
+                TextIndex.keep(conn)
+        except DBAPIError as e:
+            # A store this process may not write, or one another process is mending (a
+            # rebuild holds the lock about a minute per million exchanges): it opens all
+            # the same, and readers scan while the index is not whole.
+            log.warning(
+                "ssetape: could not mend the store's text index (%s): --grep reads every "
+                "exchange until it is",
+                _why(e),
+            )
 
     @staticmethod
     def keep(conn: Connection, *, mend: bool = True) -> bool:
