@@ -160,10 +160,14 @@ def stream_through_outage(
     for r in readers:
         r.check(since)
 
-    # One clear line when the store failed, one when it came back, the counts at exit.
+    # One clear line when the store failed, one when it came back, the counts at exit. A
+    # loaded machine may add a short failure of its own (a CI run's PostgreSQL once took
+    # over the 0.5 s deadline a second before the outage): each failure still says so once
+    # and its recovery once, never a line per retry.
     seen = len(re.findall(r"cannot write to .* traffic still flows", log))
-    assert seen == 1 or (seen == 0 and not surely_seen), log
-    assert ("again after" in log) is bool(seen) and "Traceback" not in log, log
+    back = len(re.findall(r"again after \d+ failed attempts?", log))
+    assert (seen >= 1 or not surely_seen) and seen <= 3, log
+    assert back == seen and "Traceback" not in log, log
     m = re.search(r"ssetape: (\d+) events? in (\d+) exchanges? stored, (\d+) events? and", log)
     assert m, log
     stored_n, lost = int(m.group(1)), int(m.group(3))
