@@ -82,27 +82,18 @@ class Narrowing:
         page of them, newest first."""
         if not self.store.is_sqlite:
             return filters.apply(stmt)
-        rest = dataclasses.replace(filters, model=None, text=None)
-        extra: list[ColumnElement[bool]] = []
-        indexed: list[ColumnElement[bool]] = []
-        if filters.model:
-            models = self._models(filters.model)
-            if models is not None:
-                clause = Exchange.model.in_(models)
-                extra.append(clause)
-                indexed.append(clause)
-                if not models:
-                    return stmt.where(false())
-            else:
-                rest = dataclasses.replace(rest, model=filters.model)
-        if filters.text:
-            rest = dataclasses.replace(rest, text=filters.text)
-            found = self._texts(filters.text)
-            if found == 0:
-                return stmt.where(false())
-            if found is not None and found < COMMON:
-                extra.append(Exchange.id.in_(self._holding(filters.text)))
-                paged = False  # those few ids, sorted, are the page: no walk of the time index
+        models = self._models(filters.model) if filters.model else None
+        found = self._texts(filters.text) if filters.text and models != [] else None
+        if models == [] or found == 0:
+            return stmt.where(false())  # no exchange has that model, or that word
+        indexed: list[ColumnElement[bool]] = [] if models is None else [Exchange.model.in_(models)]
+        extra = list(indexed)
+        if filters.text and found is not None and found < COMMON:
+            extra.append(Exchange.id.in_(self._holding(filters.text)))
+            paged = False  # those few ids, sorted, are the page: no walk of the time index
+        # The resolved models stand for the prefix; every other clause stays as the filter
+        # writes it (a word's LIKE beside its ids).
+        rest = filters if models is None else dataclasses.replace(filters, model=None)
         cond = rest.apply(select(Exchange.id)).whereclause
         parts = [c for c in (cond, *extra) if c is not None]
         if not parts:
