@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from functools import partial
@@ -86,8 +85,9 @@ class DirectFront:
         request_line: list[bytes],
         headers: dict[bytes, bytes],
         body: bytes,
+        at: float,
     ) -> bool:
-        t0 = time.monotonic()  # offset zero: the whole request is here
+        t0 = at  # offset zero: the whole request is here
         if len(request_line) < 2:
             error_response(writer, 400, "ssetape: malformed request line")
             return False
@@ -220,7 +220,7 @@ def run_front(
 
             leaves = LeafCertificates(confdir)
             stack.callback(leaves.close)
-            tls = leaves.context
+            tls = leaves
         front = DirectFront(
             store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults, tls=tls
         )

@@ -29,6 +29,7 @@ from h2.events import (
 from h2.exceptions import H2Error
 
 from ssetape.recording.body_tap import BodyTap
+from ssetape.replay.http_server import arrival
 from ssetape.replay.responder import Responder
 
 __all__ = ["H2Server", "StreamTransport"]
@@ -66,6 +67,7 @@ class H2Server:
         self.streams: dict[int, StreamTransport] = {}
         self._bodies: dict[int, tuple[list[tuple[bytes, bytes]], BodyTap]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._at = 0.0  # when the bytes being handled arrived (time.monotonic())
 
     async def serve(self) -> None:
         self.conn.initiate_connection()
@@ -79,6 +81,7 @@ class H2Server:
                 data = await asyncio.wait_for(self.reader.read(1 << 16), wait)
                 if not data:
                     break
+                self._at = arrival(self.reader)  # of the requests these bytes complete
                 try:
                     events = self.conn.receive_data(data)
                 except H2Error:
@@ -135,7 +138,7 @@ class H2Server:
         transport.protocol = protocol
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
         task = loop.create_task(self._serve_stream(writer, [method, target, b"HTTP/2"],
-                                                   headers, body.body()))  # fmt: skip
+                                                   headers, body.body(), self._at))  # fmt: skip
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -145,11 +148,12 @@ class H2Server:
         request_line: list[bytes],
         headers: dict[bytes, bytes],
         body: bytes,
+        at: float,
     ) -> None:
         transport = writer.transport
         assert isinstance(transport, StreamTransport)
         try:
-            await self.respond(writer, request_line, headers, body)
+            await self.respond(writer, request_line, headers, body, at)
         except ConnectionError:
             pass
         finally:

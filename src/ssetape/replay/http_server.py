@@ -12,14 +12,20 @@ import contextlib
 import logging
 import resource
 import ssl
+import time
+from collections.abc import Iterable
+from typing import SupportsIndex
 from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
+from ssetape.replay.admission import Admission
 from ssetape.replay.responder import Responder, TlsFor
 
 __all__ = [
     "BadRequest",
     "HttpServer",
+    "StampedReader",
+    "arrival",
     "error_response",
     "parse_head",
     "raise_fd_limit",
@@ -46,6 +52,30 @@ def raise_fd_limit(cap: int = 1 << 16) -> int:
     return soft
 
 
+class StampedReader(asyncio.StreamReader):
+    """A stream reader that notes when the loop last received bytes for it.
+
+    A request's offset zero is the moment it arrived, not the moment the server got round to
+    it: when two hundred requests arrive together, the loop reads them all in one turn, then
+    serves them one after another, and the last would otherwise start its recorded timing late
+    by all the work before it. The stamp is taken as the bytes come off the socket (or out of
+    TLS), the earliest point this process sees them."""
+
+    fed_at = 0.0
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        self.fed_at = time.monotonic()
+        super().feed_data(data)
+
+
+def arrival(reader: asyncio.StreamReader) -> float:
+    """When the bytes read last from ``reader`` arrived (``time.monotonic()``): now, for a
+    reader that keeps no stamp."""
+    if isinstance(reader, StampedReader) and reader.fed_at:
+        return reader.fed_at
+    return time.monotonic()
+
+
 # What a client speaking HTTP/2 without TLS sends first, up to where a head would end (the
 # rest of its preface, "SM\r\n\r\n", follows).
 H2C_PREFACE = b"PRI * HTTP/2.0\r\n\r\n"
@@ -65,6 +95,7 @@ class HttpServer:
         self.tls = tls
         self.refused_tls = 0  # handshakes clients refused (they do not trust the CA)
         self.server: asyncio.Server | None = None
+        self._admission = Admission()  # handshakes at once (see its module)
         self._open: set[asyncio.StreamWriter] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -106,7 +137,7 @@ class HttpServer:
                     error_response(writer, 400, f"ssetape: {e}", extra=b"connection: close\r\n")
                     await writer.drain()
                     break
-                keep = await self.respond(writer, request_line, headers, body)
+                keep = await self.respond(writer, request_line, headers, body, arrival(reader))
                 if not keep or headers.get(b"connection", b"").lower() == b"close":
                     await writer.drain()
                     break
@@ -129,19 +160,22 @@ class HttpServer:
             error_response(writer, 400, "ssetape: CONNECT names no host")
             return False
         # A new host's certificate is signed on first use: not on the loop.
-        ctx = await asyncio.get_running_loop().run_in_executor(None, self.tls, host)
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await writer.drain()
-        try:
-            await asyncio.wait_for(writer.start_tls(ctx), self.head_timeout)
-        except (ssl.SSLError, OSError, TimeoutError) as e:
-            self.refused_tls += 1
-            if self.refused_tls == 1:
-                log.warning(
-                    "ssetape: a client ended TLS for %s (%s); does it trust the CA that "
-                    "`ssetape ca` shows?", host, getattr(e, "reason", None) or type(e).__name__,
-                )  # fmt: skip
-            return False
+        ctx = self.tls.cached(host)
+        if ctx is None:
+            ctx = await asyncio.get_running_loop().run_in_executor(None, self.tls.context, host)
+        async with self._admission.slot():
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            try:
+                await asyncio.wait_for(writer.start_tls(ctx), self.head_timeout)
+            except (ssl.SSLError, OSError, TimeoutError) as e:
+                self.refused_tls += 1
+                if self.refused_tls == 1:
+                    log.warning(
+                        "ssetape: a client ended TLS for %s (%s); does it trust the CA that "
+                        "`ssetape ca` shows?", host, getattr(e, "reason", None) or type(e).__name__,
+                    )  # fmt: skip
+                return False
         return True
 
     async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
@@ -149,8 +183,13 @@ class HttpServer:
         # A burst of a few hundred clients must not overflow the default backlog (100).
         # reuse_port: several processes listen on this one port, the kernel spreads the
         # connections among them (`ssetape replay --workers`).
-        self.server = await asyncio.start_server(
-            self.handle, host, port, backlog=4096, reuse_port=reuse_port or None
+        loop = asyncio.get_running_loop()
+
+        def connection() -> asyncio.StreamReaderProtocol:  # as asyncio.start_server makes it
+            return asyncio.StreamReaderProtocol(StampedReader(), self.handle)
+
+        self.server = await loop.create_server(
+            connection, host, port, backlog=4096, reuse_port=reuse_port or None
         )
         bound: int = self.server.sockets[0].getsockname()[1]
         return bound

@@ -53,6 +53,11 @@ class LeafCertificates:
         self._lock = threading.Lock()
         self._made = 0
 
+    def cached(self, host: str) -> ssl.SSLContext | None:
+        """The server context for ``host`` if it is made already."""
+        with self._lock:
+            return self._contexts.get(host.lower().strip("[]"))
+
     def context(self, host: str) -> ssl.SSLContext:
         """The server context for ``host`` (a name or an IP address, as in CONNECT)."""
         host = host.lower().strip("[]")

@@ -6,14 +6,23 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 __all__ = ["Responder", "TlsFor"]
 
-# (writer, request line split in words, lower-cased header names -> values, body) -> whether
-# the connection may serve another request. The writer may be an HTTP/2 stream's.
+# (writer, request line split in words, lower-cased header names -> values, body, when the
+# whole request had arrived: a `time.monotonic()` value) -> whether the connection may serve
+# another request. The writer may be an HTTP/2 stream's.
 Responder = Callable[
-    [asyncio.StreamWriter, list[bytes], dict[bytes, bytes], bytes], Awaitable[bool]
+    [asyncio.StreamWriter, list[bytes], dict[bytes, bytes], bytes, float], Awaitable[bool]
 ]
 
-# A host name -> the TLS server context for a tunnel to it (forward-mode HTTPS).
-TlsFor = Callable[[str], ssl.SSLContext]
+
+class TlsFor(Protocol):
+    """The TLS server context for a tunnel to a host (forward-mode HTTPS)."""
+
+    def context(self, host: str) -> ssl.SSLContext:
+        """Made on first use (a certificate to sign: not for the event loop)."""
+
+    def cached(self, host: str) -> ssl.SSLContext | None:
+        """The context if it is already made (cheap: fine on the event loop)."""

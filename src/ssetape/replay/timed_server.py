@@ -43,8 +43,10 @@ class TimedServer:
         request_line: list[bytes],
         headers: dict[bytes, bytes],
         body: bytes,
+        at: float,
     ) -> bool:
-        """Serve one request re-targeted by the proxy; False to close the connection."""
+        """Serve one request re-targeted by the proxy (offset zero is when the proxy had it,
+        not ``at``); False to close the connection."""
         if not hmac.compare_digest(headers.get(Header.TOKEN.raw, b""), self.token):
             error_response(writer, 403, "ssetape timed server: not the proxy's request")
             return True

@@ -318,7 +318,7 @@ class TapeSession:
             from ssetape.replay.leaf_certificates import LeafCertificates
 
             self._leaves = LeafCertificates(self.confdir)
-            tls = self._leaves.context
+            tls = self._leaves
         front = DirectFront(
             self._store,
             self._index,

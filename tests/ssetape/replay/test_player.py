@@ -4,6 +4,8 @@ offset zero, however late the request was handled, and a cut recording cut the s
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,6 +131,54 @@ def test_a_client_that_never_finishes_its_head_is_let_go() -> None:
     for sent in (stalled_head, stalled_body):
         got, took = asyncio.run(session(sent))
         assert got == b"" and 0.25 < took < 2  # closed, without an answer, once its time was up
+
+
+def test_requests_that_arrive_together_are_timed_from_their_arrival() -> None:
+    """Offset zero is when a request arrived, not when the server got round to it: two
+    requests read in one turn of the loop, the first of which keeps the loop busy for 0.3 s,
+    and the second is still timed from its arrival (the recorded timing is not shifted by the
+    work before it)."""
+    loop = asyncio.new_event_loop()
+    waited: list[float] = []
+    stamps: list[float] = []
+
+    async def respond(writer: asyncio.StreamWriter, *args: object) -> bool:
+        at = args[-1]
+        assert isinstance(at, float)
+        stamps.append(at)
+        waited.append(time.monotonic() - at)
+        if len(waited) == 1:
+            time.sleep(0.3)  # the loop is busy with other streams
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        return False
+
+    server = HttpServer(respond)
+    port = loop.run_until_complete(server.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    blocked = threading.Event()
+
+    def block() -> None:  # both requests arrive while the loop is away
+        blocked.set()
+        time.sleep(0.3)
+
+    loop.call_soon_threadsafe(block)
+    assert blocked.wait(10)
+    sent = time.monotonic()
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    for c in clients:
+        c.sendall(b"GET /v1/x HTTP/1.1\r\nhost: x\r\n\r\n")
+    try:
+        for c in clients:
+            assert c.recv(100).startswith(b"HTTP/1.1 204")
+    finally:
+        for c in clients:
+            c.close()
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    assert min(stamps) >= sent  # not before the request was sent
+    assert max(waited) >= 0.25  # served 0.3 s after it arrived, and timed from its arrival
 
 
 @pytest.mark.parametrize("size", [10, MAX_BODY, MAX_BODY + 5])

@@ -6,6 +6,7 @@ the client's flow-control window, and end a cut response as a cut."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import threading
 import time
@@ -23,7 +24,11 @@ BIG = bytes(range(256)) * 1200  # 300 KiB: several times HTTP/2's initial window
 
 
 async def respond(
-    writer: asyncio.StreamWriter, line: list[bytes], headers: dict[bytes, bytes], body: bytes
+    writer: asyncio.StreamWriter,
+    line: list[bytes],
+    headers: dict[bytes, bytes],
+    body: bytes,
+    at: float,
 ) -> bool:
     """What a replay server writes, chosen by path; the request line is echoed back."""
     path = line[1].split(b"/", 3)[-1]
@@ -53,7 +58,7 @@ async def respond(
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ssl.SSLContext]]:
     confdir = tmp_path_factory.mktemp("conf")
     leaves = LeafCertificates(confdir)
-    server = HttpServer(respond, tls=leaves.context)
+    server = HttpServer(respond, tls=leaves)
     loop = asyncio.new_event_loop()
     port = loop.run_until_complete(server.start("127.0.0.1", 0))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -127,6 +132,27 @@ def test_a_client_that_does_not_trust_the_ca_is_refused_and_counted(
     while SERVERS[url].refused_tls == before and time.monotonic() < deadline:
         time.sleep(0.01)  # the server hears of it once the client has hung up
     assert SERVERS[url].refused_tls == before + 1
+
+
+def test_clients_that_stall_in_their_handshake_do_not_hold_up_the_others(
+    proxy: tuple[str, ssl.SSLContext],
+) -> None:
+    """Tunnels are answered a few handshakes at a time (``Admission``): ten clients that
+    open one and never send their TLS hello must not keep an honest client waiting for the
+    handshake timeout (60 s)."""
+    url, ca = proxy
+    port = int(url.rsplit(":", 1)[1])
+    stalled = []
+    try:
+        for _ in range(10):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"CONNECT api.example.com:443 HTTP/1.1\r\nhost: api.example.com\r\n\r\n")
+            stalled.append(s)
+        with httpx.Client(proxy=url, verify=ca, timeout=10) as c:
+            assert c.post("https://api.example.com/v1/echo", content=b"hi").content.endswith(b" hi")
+    finally:
+        for s in stalled:
+            s.close()
 
 
 def test_http2_in_clear_text_with_prior_knowledge(proxy: tuple[str, ssl.SSLContext]) -> None:

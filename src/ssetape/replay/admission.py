@@ -1,0 +1,50 @@
+"""How many TLS handshakes the forward-mode replay server lets run at once.
+
+A TLS handshake costs each side a few hundred microseconds to a millisecond of its one event
+loop (key exchange, signatures, Python's TLS state machine), most of it when the other side's
+first flight arrives. Two hundred clients that connect at once would have their handshakes
+arrive together: the server's loop, and a Python client's, would each spend turns of 50-150 ms
+on them, and every stream already playing, every response head due, waits that long (it is
+the client's loop that reads them). Streams are what replay must keep on time; a connection
+being set up has no recorded timing. So a tunnel is answered when one of a few handshake slots
+is free: the slot comes back when its handshake ends, which is when the client has done its
+part too, so neither side's backlog grows past a few handshakes, at whatever pace the slower
+one sets. A client that stalls in its handshake gives its slot back after ``HOLD`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+__all__ = ["Admission"]
+
+SLOTS = 4  # handshakes in progress at once
+HOLD = 0.05  # seconds one handshake may keep its slot
+
+
+class Admission:
+    def __init__(self, slots: int = SLOTS, hold: float = HOLD) -> None:
+        self.hold = hold
+        self._slots = asyncio.Semaphore(slots)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold a slot for the body's handshake, at most ``hold`` seconds."""
+        await self._slots.acquire()
+        loop = asyncio.get_running_loop()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._slots.release()
+
+        timer = loop.call_later(self.hold, release)
+        try:
+            yield
+        finally:
+            timer.cancel()
+            release()
