@@ -10,6 +10,9 @@ being set up has no recorded timing. So a tunnel is answered when one of a few h
 is free: the slot comes back when its handshake ends, which is when the client has done its
 part too, so neither side's backlog grows past a few handshakes, at whatever pace the slower
 one sets. A client that stalls in its handshake gives its slot back after ``HOLD`` seconds.
+Only clients near this machine take a slot (the server asks the kernel for the connection's
+round trip): a far one is paced by its round trips already, and a slot held across two of
+them would cap a remote burst at a few handshakes per round trip.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import resource
+import socket
 import ssl
+import struct
 import time
 from collections.abc import Iterable
 from typing import SupportsIndex
@@ -86,7 +88,12 @@ class HttpServer:
     whose client chose it, and HTTP/2 in clear text to a client that starts with it."""
 
     def __init__(
-        self, respond: Responder, *, head_timeout: float = HEAD_TIMEOUT, tls: TlsFor | None = None
+        self,
+        respond: Responder,
+        *,
+        head_timeout: float = HEAD_TIMEOUT,
+        tls: TlsFor | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.respond = respond
         self.head_timeout = head_timeout
@@ -95,7 +102,8 @@ class HttpServer:
         self.tls = tls
         self.refused_tls = 0  # handshakes clients refused (they do not trust the CA)
         self.server: asyncio.Server | None = None
-        self._admission = Admission()  # handshakes at once (see its module)
+        # How many TLS handshakes run at once (see its module).
+        self.admission = admission or Admission()
         self._open: set[asyncio.StreamWriter] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -163,7 +171,11 @@ class HttpServer:
         ctx = self.tls.cached(host)
         if ctx is None:
             ctx = await asyncio.get_running_loop().run_in_executor(None, self.tls.context, host)
-        async with self._admission.slot():
+        # A client far away is paced by its round trips, and its loop is not on this machine:
+        # only near ones wait for a slot (a slot held for two long round trips would cap
+        # remote bursts at a few handshakes per round trip).
+        near = _round_trip(writer) < NEAR
+        async with self.admission.slot() if near else contextlib.nullcontext():
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             try:
@@ -217,6 +229,20 @@ def error_response(
         b"HTTP/1.1 %d Error\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
         % (status, content_type.encode(), len(data), extra, data)
     )
+
+
+NEAR = 0.002  # seconds of round trip under which a client counts as on this machine (or LAN)
+
+
+def _round_trip(writer: asyncio.StreamWriter) -> float:
+    """The connection's smoothed round-trip time as the kernel measures it (Linux's
+    ``TCP_INFO``), in seconds; 0.0 where it cannot be read (counted as near)."""
+    sock = writer.get_extra_info("socket")
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        return float(struct.unpack_from("I", info, 68)[0]) / 1e6  # tcpi_rtt, microseconds
+    except (AttributeError, OSError, struct.error):
+        return 0.0
 
 
 def _alpn(writer: asyncio.StreamWriter) -> str | None:

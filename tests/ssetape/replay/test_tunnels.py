@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ssetape.replay.admission import Admission
 from ssetape.replay.http_server import HttpServer
 from ssetape.replay.leaf_certificates import LeafCertificates
 
@@ -153,6 +154,33 @@ def test_clients_that_stall_in_their_handshake_do_not_hold_up_the_others(
     finally:
         for s in stalled:
             s.close()
+
+
+def test_a_client_on_this_machine_waits_for_a_handshake_slot(tmp_path: Path) -> None:
+    """The slots apply to clients on this machine (the kernel's round trip on loopback is
+    tens of microseconds): with one slot held by a client that stalls in its handshake, an
+    honest client is let in only when the slot's hold (here 0.5 s) is up."""
+    leaves = LeafCertificates(tmp_path)
+    server = HttpServer(respond, tls=leaves, admission=Admission(slots=1, hold=0.5))
+    loop = asyncio.new_event_loop()
+    port = loop.run_until_complete(server.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    stalled = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        stalled.sendall(b"CONNECT api.example.com:443 HTTP/1.1\r\nhost: api.example.com\r\n\r\n")
+        assert stalled.recv(100).startswith(b"HTTP/1.1 200")  # it has the slot
+        ca = ssl.create_default_context(cafile=tmp_path / "mitmproxy-ca-cert.pem")
+        t = time.monotonic()
+        with httpx.Client(proxy=f"http://127.0.0.1:{port}", verify=ca, timeout=10) as c:
+            assert c.post("https://api.example.com/v1/echo", content=b"hi").content.endswith(b" hi")
+        assert time.monotonic() - t >= 0.3  # it waited for the stalled client's slot
+    finally:
+        stalled.close()
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        leaves.close()
 
 
 def test_http2_in_clear_text_with_prior_knowledge(proxy: tuple[str, ssl.SSLContext]) -> None:
