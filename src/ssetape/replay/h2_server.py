@@ -29,8 +29,8 @@ from h2.events import (
 from h2.exceptions import H2Error
 
 from ssetape.recording.body_tap import BodyTap
-from ssetape.replay.http_server import arrival
 from ssetape.replay.responder import Responder
+from ssetape.replay.stamped_reader import arrival
 
 __all__ = ["H2Server", "StreamTransport"]
 

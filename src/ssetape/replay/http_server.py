@@ -14,20 +14,16 @@ import resource
 import socket
 import ssl
 import struct
-import time
-from collections.abc import Iterable
-from typing import SupportsIndex
 from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
 from ssetape.replay.admission import Admission
 from ssetape.replay.responder import Responder, TlsFor
+from ssetape.replay.stamped_reader import StampedReader, arrival
 
 __all__ = [
     "BadRequest",
     "HttpServer",
-    "StampedReader",
-    "arrival",
     "error_response",
     "parse_head",
     "raise_fd_limit",
@@ -52,30 +48,6 @@ def raise_fd_limit(cap: int = 1 << 16) -> int:
         except (OSError, ValueError):
             pass  # a container may forbid it: the cap below follows the limit in force
     return soft
-
-
-class StampedReader(asyncio.StreamReader):
-    """A stream reader that notes when the loop last received bytes for it.
-
-    A request's offset zero is the moment it arrived, not the moment the server got round to
-    it: when two hundred requests arrive together, the loop reads them all in one turn, then
-    serves them one after another, and the last would otherwise start its recorded timing late
-    by all the work before it. The stamp is taken as the bytes come off the socket (or out of
-    TLS), the earliest point this process sees them."""
-
-    fed_at = 0.0
-
-    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        self.fed_at = time.monotonic()
-        super().feed_data(data)
-
-
-def arrival(reader: asyncio.StreamReader) -> float:
-    """When the bytes read last from ``reader`` arrived (``time.monotonic()``): now, for a
-    reader that keeps no stamp."""
-    if isinstance(reader, StampedReader) and reader.fed_at:
-        return reader.fed_at
-    return time.monotonic()
 
 
 # What a client speaking HTTP/2 without TLS sends first, up to where a head would end (the
