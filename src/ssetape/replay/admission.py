@@ -28,6 +28,9 @@ HOLD = 0.05  # seconds one handshake may keep its slot
 
 
 class Admission:
+    """``slots`` handshakes at once, first come first served; a slot held past ``hold``
+    seconds is given back (the handshake goes on without it)."""
+
     def __init__(self, slots: int = SLOTS, hold: float = HOLD) -> None:
         self.hold = hold
         self._slots = asyncio.Semaphore(slots)
