@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import resource
 import socket
 import ssl
 import struct
+import time
 from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
@@ -82,6 +84,9 @@ class HttpServer:
         self._open.add(writer)
         tunnel: bytes | None = None  # the authority of the CONNECT this connection carries
         first = True  # h2c's preface counts only as a connection's first bytes
+        # When the last answer on this connection was written: a request pipelined behind it
+        # (read from the same bytes) cannot start its timing before its turn came.
+        answered = 0.0
         try:
             while True:
                 # A client that never completes a head (or sits idle between requests) does
@@ -117,7 +122,9 @@ class HttpServer:
                     error_response(writer, 400, f"ssetape: {e}", extra=b"connection: close\r\n")
                     await writer.drain()
                     break
-                keep = await self.respond(writer, request_line, headers, body, arrival(reader))
+                at = max(arrival(reader), answered)
+                keep = await self.respond(writer, request_line, headers, body, at)
+                answered = time.monotonic()
                 if not keep or headers.get(b"connection", b"").lower() == b"close":
                     await writer.drain()
                     break
@@ -146,7 +153,8 @@ class HttpServer:
         # A client far away is paced by its round trips, and its loop is not on this machine:
         # only near ones wait for a slot (a slot held for two long round trips would cap
         # remote bursts at a few handshakes per round trip).
-        near = _round_trip(writer) < NEAR
+        rtt = _round_trip(writer)
+        near = rtt < NEAR if rtt is not None else _loopback(writer)
         async with self.admission.slot() if near else contextlib.nullcontext():
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
@@ -206,15 +214,24 @@ def error_response(
 NEAR = 0.002  # seconds of round trip under which a client counts as on this machine (or LAN)
 
 
-def _round_trip(writer: asyncio.StreamWriter) -> float:
-    """The connection's smoothed round-trip time as the kernel measures it (Linux's
-    ``TCP_INFO``), in seconds; 0.0 where it cannot be read (counted as near)."""
+def _round_trip(writer: asyncio.StreamWriter) -> float | None:
+    """The connection's smoothed round-trip time as the kernel measures it (``TCP_INFO``
+    on Linux and FreeBSD), in seconds; None where it cannot be read."""
     sock = writer.get_extra_info("socket")
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
         return float(struct.unpack_from("I", info, 68)[0]) / 1e6  # tcpi_rtt, microseconds
     except (AttributeError, OSError, struct.error):
-        return 0.0
+        return None
+
+
+def _loopback(writer: asyncio.StreamWriter) -> bool:
+    """Whether the peer is this machine (where its round trip cannot be read)."""
+    peer = writer.get_extra_info("peername")
+    try:
+        return ipaddress.ip_address(peer[0]).is_loopback
+    except (TypeError, IndexError, ValueError):
+        return True  # not an IP socket
 
 
 def _alpn(writer: asyncio.StreamWriter) -> str | None:

@@ -54,9 +54,15 @@ class LeafCertificates:
         self._made = 0
 
     def cached(self, host: str) -> ssl.SSLContext | None:
-        """The server context for ``host`` if it is made already."""
-        with self._lock:
-            return self._contexts.get(host.lower().strip("[]"))
+        """The server context for ``host`` if it is made already. Without the lock, which
+        :meth:`context` holds while it signs: the event loop calls this and must not wait
+        for a signature (each call below is one atomic step under the GIL)."""
+        host = host.lower().strip("[]")
+        ctx = self._contexts.get(host)
+        if ctx is not None:
+            with contextlib.suppress(KeyError):  # evicted meanwhile: the context still serves
+                self._contexts.move_to_end(host)
+        return ctx
 
     def context(self, host: str) -> ssl.SSLContext:
         """The server context for ``host`` (a name or an IP address, as in CONNECT)."""

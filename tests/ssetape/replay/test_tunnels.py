@@ -6,6 +6,7 @@ the client's flow-control window, and end a cut response as a cut."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import threading
@@ -135,52 +136,64 @@ def test_a_client_that_does_not_trust_the_ca_is_refused_and_counted(
     assert SERVERS[url].refused_tls == before + 1
 
 
-def test_clients_that_stall_in_their_handshake_do_not_hold_up_the_others(
-    proxy: tuple[str, ssl.SSLContext],
-) -> None:
+@contextlib.contextmanager
+def own_proxy(confdir: Path, admission: Admission) -> Iterator[tuple[str, ssl.SSLContext]]:
+    """A forward-mode server of its own (its counts are no other test's business)."""
+    leaves = LeafCertificates(confdir)
+    server = HttpServer(respond, tls=leaves, admission=admission)
+    loop = asyncio.new_event_loop()
+    port = loop.run_until_complete(server.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield (
+            f"http://127.0.0.1:{port}",
+            ssl.create_default_context(cafile=confdir / "mitmproxy-ca-cert.pem"),
+        )
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        leaves.close()
+
+
+def stall(url: str) -> socket.socket:
+    """A client that opens a tunnel and never sends its TLS hello."""
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10)
+    s.sendall(b"CONNECT api.example.com:443 HTTP/1.1\r\nhost: api.example.com\r\n\r\n")
+    return s
+
+
+def test_clients_that_stall_in_their_handshake_do_not_hold_up_the_others(tmp_path: Path) -> None:
     """Tunnels are answered a few handshakes at a time (``Admission``): ten clients that
     open one and never send their TLS hello must not keep an honest client waiting for the
     handshake timeout (60 s)."""
-    url, ca = proxy
-    port = int(url.rsplit(":", 1)[1])
-    stalled = []
-    try:
-        for _ in range(10):
-            s = socket.create_connection(("127.0.0.1", port), timeout=10)
-            s.sendall(b"CONNECT api.example.com:443 HTTP/1.1\r\nhost: api.example.com\r\n\r\n")
-            stalled.append(s)
-        with httpx.Client(proxy=url, verify=ca, timeout=10) as c:
-            assert c.post("https://api.example.com/v1/echo", content=b"hi").content.endswith(b" hi")
-    finally:
-        for s in stalled:
-            s.close()
+    with own_proxy(tmp_path, Admission()) as (url, ca):
+        stalled = [stall(url) for _ in range(10)]
+        try:
+            with httpx.Client(proxy=url, verify=ca, timeout=10) as c:
+                r = c.post("https://api.example.com/v1/echo", content=b"hi")
+                assert r.content.endswith(b" hi")
+        finally:
+            for s in stalled:
+                s.close()
 
 
 def test_a_client_on_this_machine_waits_for_a_handshake_slot(tmp_path: Path) -> None:
     """The slots apply to clients on this machine (the kernel's round trip on loopback is
     tens of microseconds): with one slot held by a client that stalls in its handshake, an
     honest client is let in only when the slot's hold (here 0.5 s) is up."""
-    leaves = LeafCertificates(tmp_path)
-    server = HttpServer(respond, tls=leaves, admission=Admission(slots=1, hold=0.5))
-    loop = asyncio.new_event_loop()
-    port = loop.run_until_complete(server.start("127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    stalled = socket.create_connection(("127.0.0.1", port), timeout=10)
-    try:
-        stalled.sendall(b"CONNECT api.example.com:443 HTTP/1.1\r\nhost: api.example.com\r\n\r\n")
-        assert stalled.recv(100).startswith(b"HTTP/1.1 200")  # it has the slot
-        ca = ssl.create_default_context(cafile=tmp_path / "mitmproxy-ca-cert.pem")
-        t = time.monotonic()
-        with httpx.Client(proxy=f"http://127.0.0.1:{port}", verify=ca, timeout=10) as c:
-            assert c.post("https://api.example.com/v1/echo", content=b"hi").content.endswith(b" hi")
-        assert time.monotonic() - t >= 0.3  # it waited for the stalled client's slot
-    finally:
-        stalled.close()
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        leaves.close()
+    with own_proxy(tmp_path, Admission(slots=1, hold=0.5)) as (url, ca):
+        stalled = stall(url)
+        try:
+            assert stalled.recv(100).startswith(b"HTTP/1.1 200")  # it has the slot
+            t = time.monotonic()
+            with httpx.Client(proxy=url, verify=ca, timeout=10) as c:
+                r = c.post("https://api.example.com/v1/echo", content=b"hi")
+                assert r.content.endswith(b" hi")
+            assert time.monotonic() - t >= 0.3  # it waited for the stalled client's slot
+        finally:
+            stalled.close()
 
 
 def test_http2_in_clear_text_with_prior_knowledge(proxy: tuple[str, ssl.SSLContext]) -> None:
