@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from ssetape.matching import placeholder
 from ssetape.replay.http_server import HttpServer, read_body
 from ssetape.replay.player import Player
+from ssetape.replay.responder import Responder
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 from ssetape.vocabulary import MAX_BODY
@@ -133,6 +135,24 @@ def test_a_client_that_never_finishes_its_head_is_let_go() -> None:
         assert got == b"" and 0.25 < took < 2  # closed, without an answer, once its time was up
 
 
+def timed_responder(
+    waited: list[float], first: Callable[[], Awaitable[None]], *, keep: bool
+) -> Responder:
+    """A responder that notes how long after its offset zero each request is served, and
+    runs ``first`` before answering the first one."""
+
+    async def respond(writer: asyncio.StreamWriter, *args: object) -> bool:
+        at = args[-1]
+        assert isinstance(at, float)
+        waited.append(time.monotonic() - at)
+        if len(waited) == 1:
+            await first()
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        return keep
+
+    return respond
+
+
 def test_requests_that_arrive_together_are_timed_from_their_arrival() -> None:
     """Offset zero is when a request arrived, not when the server got round to it: two
     requests read in one turn of the loop, the first of which keeps the loop busy for 0.3 s,
@@ -141,16 +161,10 @@ def test_requests_that_arrive_together_are_timed_from_their_arrival() -> None:
     loop = asyncio.new_event_loop()
     waited: list[float] = []
 
-    async def respond(writer: asyncio.StreamWriter, *args: object) -> bool:
-        at = args[-1]
-        assert isinstance(at, float)
-        waited.append(time.monotonic() - at)
-        if len(waited) == 1:
-            time.sleep(0.3)  # the loop is busy with other streams
-        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
-        return False
+    async def busy() -> None:
+        time.sleep(0.3)  # the loop is busy with other streams
 
-    server = HttpServer(respond)
+    server = HttpServer(timed_responder(waited, busy, keep=False))
     port = loop.run_until_complete(server.start("127.0.0.1", 0))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -185,17 +199,11 @@ def test_a_request_pipelined_behind_a_long_answer_is_timed_from_its_turn() -> No
     one burst)."""
     waited: list[float] = []
 
-    async def respond(writer: asyncio.StreamWriter, *args: object) -> bool:
-        at = args[-1]
-        assert isinstance(at, float)
-        waited.append(time.monotonic() - at)
-        if len(waited) == 1:
-            await asyncio.sleep(0.3)  # the first answer streams for a while
-        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
-        return True
+    async def streaming() -> None:
+        await asyncio.sleep(0.3)  # the first answer streams for a while
 
     async def main() -> bytes:
-        server = HttpServer(respond)
+        server = HttpServer(timed_responder(waited, streaming, keep=True))
         port = await server.start("127.0.0.1", 0)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n" * 2)  # pipelined
