@@ -21,10 +21,18 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "share"]
 
 SLOTS = 4  # handshakes in progress at once
 HOLD = 0.05  # seconds one handshake may keep its slot
+
+
+def share(processes: int) -> int:
+    """Slots for each of ``processes`` that serve one port (``--workers``): the backlog that
+    slots bound is the client's and the machine's as much as one loop's, so the processes split
+    one budget. Measured at 200 cold HTTPS streams over two workers (docs/BENCHMARKS.md): 2
+    slots each kept TTFB p95 at 3.5-5.4 ms, 4 each at 7.2-11.2."""
+    return max(1, SLOTS // max(1, processes))
 
 
 class Admission:

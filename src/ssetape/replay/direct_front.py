@@ -28,6 +28,7 @@ from functools import partial
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
+from ssetape.replay.admission import SLOTS, Admission, share
 from ssetape.replay.faults import Faults
 from ssetape.replay.front_workers import FrontWorkers, WorkerSpec
 from ssetape.replay.http_server import HttpServer, error_response, raise_fd_limit
@@ -55,12 +56,13 @@ class DirectFront:
         on_incomplete: Callable[[int, str], object] | None = None,
         faults: Faults | None = None,
         tls: TlsFor | None = None,
+        slots: int = SLOTS,
     ) -> None:
         self.faults = faults
         self.player = Player(
             store, allow_gaps=allow_gaps, on_incomplete=on_incomplete, faults=faults
         )
-        self.http = HttpServer(self.respond, tls=tls)
+        self.http = HttpServer(self.respond, tls=tls, admission=Admission(slots))
         self.index = index
         # Recordings made in reverse mode carry the upstream's host, not the Host header;
         # forward mode (no upstream) takes it from each request's absolute URL.
@@ -198,12 +200,14 @@ def run_front(
     confdir: str | None = None,
     workers: int = 1,
     worker: bool = False,
+    slots: int | None = None,
 ) -> tuple[int, int]:
     """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError,
     RuntimeError): (requests replayed, requests missed).
 
     ``upstream`` empty: forward mode, HTTPS tunnels ended with the CA in ``confdir``.
-    ``workers``: processes sharing the port (:mod:`ssetape.replay.front_workers`)."""
+    ``workers``: processes sharing the port (:mod:`ssetape.replay.front_workers`); ``slots``:
+    TLS handshakes this process lets run at once (by default its share among ``workers``)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
     check_paths("--ignore-field", ignore)
     check_paths("--redact-field", redact_fields)
@@ -221,9 +225,9 @@ def run_front(
             leaves = LeafCertificates(confdir)
             stack.callback(leaves.close)
             tls = leaves
-        front = DirectFront(
-            store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults, tls=tls
-        )
+        slots = share(workers) if slots is None else slots
+        front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults,
+                            tls=tls, slots=slots)  # fmt: skip
         front.preload()
         raise_fd_limit()  # as the proxy does: a burst of replayed streams takes descriptors
         # What exists now (modules, the loaded tape) lives as long as the process: full
@@ -233,7 +237,8 @@ def run_front(
         pool = None
         if workers > 1:
             spec = WorkerSpec(db, upstream, host, port, speed, ignore, match_host, repeat,
-                              allow_gaps, redact_headers, redact_fields, confdir)  # fmt: skip
+                              allow_gaps, redact_headers, redact_fields, confdir,
+                              slots)  # fmt: skip
             pool = (FrontWorkers(workers - 1), spec)
         return asyncio.run(front.serve(host, port, on_ready, workers=pool, worker=worker))
 

@@ -45,6 +45,7 @@ class WorkerSpec:
     redact_headers: list[str]
     redact_fields: list[str]
     confdir: str | None
+    slots: int  # handshakes each process lets run at once (its share of one budget)
 
     def to_line(self) -> bytes:
         return orjson.dumps(asdict(self)) + b"\n"

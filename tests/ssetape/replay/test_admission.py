@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ssetape.replay.admission import Admission
+from ssetape.replay.admission import SLOTS, Admission, share
+from ssetape.replay.front_workers import WorkerSpec
 
 
 def test_no_more_handshakes_run_at_once_than_there_are_slots_and_all_are_served() -> None:
@@ -80,3 +81,14 @@ def test_a_cancelled_waiter_takes_no_slot() -> None:
                 return True
 
     assert asyncio.run(main())
+
+
+def test_processes_on_one_port_split_one_budget_and_each_worker_is_told_its_share() -> None:
+    assert share(1) == SLOTS
+    for processes in (2, 3, SLOTS, 2 * SLOTS):
+        # Each process can still answer a tunnel; together they run no more than one does.
+        assert share(processes) >= 1
+        assert processes * share(processes) <= max(SLOTS, processes)
+    spec = WorkerSpec("t.db", "", "127.0.0.1", 0, 1.0, [], False, False, False, [], [], None,
+                      share(2))  # fmt: skip
+    assert WorkerSpec.from_line(spec.to_line()).slots == share(2) < SLOTS
