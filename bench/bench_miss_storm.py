@@ -56,7 +56,7 @@ def gap_errors(times: list[float], offsets: list[int]) -> list[float]:
 def timed_errors(port: int, body: bytes, offsets: list[int], streams: int) -> list[float]:
     errors: list[float] = []
     for _ in range(streams):
-        _, times, _ = asyncio.run(fetch(port, body))
+        _, times, _, _ = asyncio.run(fetch(port, body))
         errors += gap_errors(times, offsets)
     return errors
 
@@ -68,7 +68,7 @@ async def _storm(port: int, burst: int, rate: float, seconds: float) -> None:
 
     async def one(n: int) -> None:
         t0 = time.perf_counter()
-        _, _, body = await fetch(port, chat_body(f"miss {n}", stream=True))
+        _, _, body, _ = await fetch(port, chat_body(f"miss {n}", stream=True))
         latencies.append(time.perf_counter() - t0)
         if b"ssetape_replay_miss" not in body:
             raise RuntimeError(f"not a miss: {body[:200]!r}")
