@@ -19,6 +19,7 @@ from mitmproxy import ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.guard import ConnectionGuard
+from ssetape.addons.handshakes import HandshakeSlots
 from ssetape.addons.options import (
     add_store_options,
     check_paths,
@@ -246,4 +247,4 @@ class Replayer:
             log.info("ssetape: replayed %d, missed %d", self.hits, self.misses)
 
 
-addons = [ConnectionGuard(), Replayer(), Recorder()]
+addons = [ConnectionGuard(), HandshakeSlots(), Replayer(), Recorder()]

@@ -154,3 +154,30 @@ def test_speed_zero_through_forward_https_is_at_once(
         took = time.perf_counter() - t0
     assert r.content == recorded and r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
     assert recorded_s > 0.5 and took < recorded_s / 2, (took, recorded_s)
+
+
+def test_a_burst_of_sdk_clients_replays_through_mitmproxy_when_misses_may_be_recorded(
+    ssetape_proc: Callable[..., Proc], tmp_path: Path, confdir: Path
+) -> None:
+    """Record mode new_episodes keeps mitmproxy in the path (a miss is forwarded and
+    recorded); 24 clients that tunnel at once each take a handshake slot in turn, and each
+    gets the recorded stream."""
+    ca = confdir / "mitmproxy-ca-cert.pem"
+    db = str(tmp_path / "tape.db")
+    with tls_simulator(tmp_path) as (sim, upstream_cert):
+        base = sim.url.replace("127.0.0.1", "localhost")
+        rec = ssetape_proc(
+            "record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}", db=db
+        )
+        recorded = Sdks(base, rec.url, ca).openai_sync()
+        assert rec.stop() == 0, rec.log.decode()
+    proc = ssetape_proc("replay", "--speed", "0", "--record-mode", "new_episodes", db=db)
+    assert b"HTTPS_PROXY" in proc.log
+
+    async def burst() -> list[list[Any]]:
+        sdks = Sdks(base, proc.url, ca)  # each call its own client: its own tunnel
+        return list(await asyncio.gather(*(sdks.openai_async() for _ in range(24))))
+
+    assert asyncio.run(burst()) == [recorded] * 24
+    assert proc.stop() == 0
+    assert b"replayed 24, missed 0" in proc.log, proc.log.decode()

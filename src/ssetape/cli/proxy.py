@@ -15,6 +15,7 @@ from mitmproxy.certs import CertStore
 
 from ssetape.addons.control import Control
 from ssetape.addons.guard import ConnectionGuard
+from ssetape.addons.handshakes import HandshakeSlots
 from ssetape.addons.recorder import Recorder
 from ssetape.addons.replayer import Replayer
 from ssetape.cli.options import (
@@ -277,7 +278,7 @@ def replay(
         )
     replayer = Replayer()
     runner = proxy_runner(
-        [ConnectionGuard(), replayer, Recorder()],
+        [ConnectionGuard(), HandshakeSlots(), replayer, Recorder()],
         on_ready=with_viewer(announce("replay", db, validate_mode(mode)), beside),
         extra={
             "ssetape_speed": repr(speed),

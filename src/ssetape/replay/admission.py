@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 __all__ = ["Admission", "share"]
 
@@ -43,22 +43,29 @@ class Admission:
         self.hold = hold
         self._slots = asyncio.Semaphore(slots)
 
-    @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold a slot for the body's handshake, at most ``hold`` seconds."""
+    async def take(self) -> Callable[[], None]:
+        """Wait for a slot; the answer gives it back (once, however often it is called), and
+        is called by itself after ``hold`` seconds."""
         await self._slots.acquire()
-        loop = asyncio.get_running_loop()
         released = False
+        timer: asyncio.TimerHandle | None = None
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
+                if timer is not None:
+                    timer.cancel()
                 self._slots.release()
 
-        timer = loop.call_later(self.hold, release)
+        timer = asyncio.get_running_loop().call_later(self.hold, release)
+        return release
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold a slot for the body's handshake, at most ``hold`` seconds."""
+        release = await self.take()
         try:
             yield
         finally:
-            timer.cancel()
             release()

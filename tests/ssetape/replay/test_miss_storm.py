@@ -78,7 +78,7 @@ def test_a_burst_of_100_misses_is_answered_at_once_with_the_nearest_recordings(
             t0 = time.perf_counter()
             # Recording n with one field more: it is nearer than any other recording.
             asked = {**orjson.loads(chat_body(f"tape {n}", stream=True)), "temperature": 0.5}
-            _, _, answer = await fetch(port, orjson.dumps(asked))
+            _, _, answer, _ = await fetch(port, orjson.dumps(asked))
             return time.perf_counter() - t0, answer
 
         return await asyncio.gather(*(one(n) for n in range(9_900, 10_000)))
