@@ -111,8 +111,13 @@ def start_ssetape(
 
 @pytest.fixture(scope="session")
 def confdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One mitmproxy CA for the session: generating a key per test is slow."""
-    return tmp_path_factory.mktemp("confdir")
+    """One mitmproxy CA for the session: generating a key per test is slow. Made here, as
+    `ssetape ca` makes it, so that a test may trust it before it starts any proxy."""
+    from mitmproxy.certs import CertStore
+
+    d = tmp_path_factory.mktemp("confdir")
+    CertStore.from_store(d, "mitmproxy", 2048)
+    return d
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anthropic
 import openai
@@ -19,6 +19,7 @@ from ssetape.storage.store import Store
 from tests.conftest import Proc, tls_simulator
 
 PROMPT = [{"role": "user", "content": "forward me"}]
+T = TypeVar("T")
 
 
 class Sdks:
@@ -92,18 +93,28 @@ class Sdks:
         }
 
 
+def record_sdks(
+    ssetape_proc: Callable[..., Proc], tmp_path: Path, confdir: Path, calls: Callable[[Sdks], T]
+) -> tuple[str, T]:
+    """``calls`` made through a recording proxy (to tmp_path/tape.db) from a TLS simulator
+    that is gone afterwards: (the base URL they used, what they returned)."""
+    with tls_simulator(tmp_path) as (sim, upstream_cert):
+        base = sim.url.replace("127.0.0.1", "localhost")
+        rec = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}",
+                           db=str(tmp_path / "tape.db"))  # fmt: skip
+        got = calls(Sdks(base, rec.url, confdir / "mitmproxy-ca-cert.pem"))
+        assert rec.stop() == 0, rec.log.decode()
+    return base, got
+
+
 def test_every_sdk_replays_through_forward_https_with_its_timing(
     ssetape_proc: Callable[..., Proc], tmp_path: Path, confdir: Path
 ) -> None:
     ca = confdir / "mitmproxy-ca-cert.pem"
     db = str(tmp_path / "tape.db")
-    with tls_simulator(tmp_path) as (sim, upstream_cert):
-        base = sim.url.replace("127.0.0.1", "localhost")
-        rec = ssetape_proc(
-            "record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}", db=db
-        )
-        recorded = {name: call() for name, call in Sdks(base, rec.url, ca).each().items()}
-        assert rec.stop() == 0, rec.log.decode()
+    base, recorded = record_sdks(
+        ssetape_proc, tmp_path, confdir, lambda sdks: {n: call() for n, call in sdks.each().items()}
+    )
     # The simulator is gone: every answer below comes from the tape.
     with Store.open(db, create=False) as store:
         xs = store.exchanges(order_desc=False)
@@ -164,13 +175,7 @@ def test_a_burst_of_sdk_clients_replays_through_mitmproxy_when_misses_may_be_rec
     gets the recorded stream."""
     ca = confdir / "mitmproxy-ca-cert.pem"
     db = str(tmp_path / "tape.db")
-    with tls_simulator(tmp_path) as (sim, upstream_cert):
-        base = sim.url.replace("127.0.0.1", "localhost")
-        rec = ssetape_proc(
-            "record", "--set", f"ssl_verify_upstream_trusted_ca={upstream_cert}", db=db
-        )
-        recorded = Sdks(base, rec.url, ca).openai_sync()
-        assert rec.stop() == 0, rec.log.decode()
+    base, recorded = record_sdks(ssetape_proc, tmp_path, confdir, Sdks.openai_sync)
     proc = ssetape_proc("replay", "--speed", "0", "--record-mode", "new_episodes", db=db)
     assert b"HTTPS_PROXY" in proc.log
 
