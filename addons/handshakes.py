@@ -4,9 +4,11 @@ own server does (:mod:`ssetape.replay.admission` says why).
 When a record mode may forward, replay keeps mitmproxy in the path, and a burst of clients
 that tunnel at once makes its one event loop run their handshakes back to back while the
 streams already playing wait. Here a CONNECT from this machine is answered when one of the
-slots is free; the slot comes back when that client's handshake ends or fails, or after the
-hold. Clients on other machines are not held: their round trips pace them already, and
-mitmproxy gives an addon no way to read one.
+slots is free (mitmproxy sends its 200 only once every ``http_connect`` hook has returned);
+the slot comes back when that client's handshake ends or fails, when the tunnel turns out
+to carry no TLS (plain HTTP, or TCP passed through), when the CONNECT fails or the
+connection closes, and otherwise after the hold. Clients on other machines are not held:
+their round trips pace them already, and mitmproxy gives an addon no socket to read one from.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 
-from mitmproxy import connection, http, tls
+from mitmproxy import connection, http, tcp, tls
 
 from ssetape.replay.admission import Admission
 
@@ -27,20 +29,36 @@ class HandshakeSlots:
         self._held: dict[str, Callable[[], None]] = {}  # client connection id -> release
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None or flow.error is not None:
+            return  # refused (proxy authentication) or killed: no handshake follows
         if not _local(flow.client_conn):
             return
         if self.admission is None:  # made here: a semaphore belongs to the running loop
             self.admission = Admission()
         release = await self.admission.take()
-        if flow.client_conn.id in self._held:  # a second CONNECT on one connection
-            self._held.pop(flow.client_conn.id)()
-        self._held[flow.client_conn.id] = release
+        client = flow.client_conn
+        if client.timestamp_end is not None:
+            # It left while it waited (mitmproxy does not cancel a hook when a client goes):
+            # its turn passes at once, and nothing is kept for it.
+            release()
+            return
+        self._give_back(client)  # a second CONNECT on one connection
+        self._held[client.id] = release
 
     def tls_established_client(self, data: tls.TlsData) -> None:
         self._give_back(data.context.client)
 
     def tls_failed_client(self, data: tls.TlsData) -> None:
         self._give_back(data.context.client)
+
+    def http_connect_error(self, flow: http.HTTPFlow) -> None:
+        self._give_back(flow.client_conn)
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self._give_back(flow.client_conn)  # plain HTTP in the tunnel: no handshake came
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        self._give_back(flow.client_conn)  # passed through (ignore_hosts, tcp_hosts)
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._give_back(client)
@@ -53,6 +71,9 @@ class HandshakeSlots:
 
 def _local(client: connection.Client) -> bool:
     try:
-        return ipaddress.ip_address(client.peername[0]).is_loopback
+        ip = ipaddress.ip_address(client.peername[0])
     except (TypeError, IndexError, ValueError):
         return True  # not an IP socket
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # a dual-stack listener
+    return ip.is_loopback

@@ -21,6 +21,7 @@ def connect_from(peer: str) -> http.HTTPFlow:
     flow = tflow.tflow()
     flow.client_conn = tflow.tclient_conn()
     flow.client_conn.peername = (peer, 40000)
+    flow.client_conn.timestamp_end = None  # still connected
     flow.request.method = "CONNECT"
     return flow
 
@@ -78,6 +79,52 @@ def test_a_closed_connection_and_a_stalled_handshake_give_their_slots_back() -> 
     assert run(body) == [False, True, True]
 
 
+def test_a_client_that_leaves_while_it_waits_keeps_nothing_and_delays_no_one() -> None:
+    async def body(opts: Any) -> list[bool]:
+        slots = HandshakeSlots(Admission(slots=1, hold=30))
+        a, b, c = (connect_from("127.0.0.1") for _ in range(3))
+        await slots.http_connect(a)
+        waiting = asyncio.ensure_future(slots.http_connect(b))
+        await asyncio.sleep(0.01)
+        b.client_conn.timestamp_end = 1.0  # as mitmproxy marks a client that went away
+        slots.client_disconnected(b.client_conn)  # its hook is not cancelled: it waits on
+        slots.tls_established_client(tls_of(a, opts))
+        seen = [await answered(waiting, within=5), b.client_conn.id in slots._held]
+        seen.append(await answered(slots.http_connect(c)))  # the slot came back at once
+        return seen
+
+    assert run(body) == [True, False, True]
+
+
+def test_a_tunnel_without_a_handshake_gives_its_slot_back() -> None:
+    async def body(opts: Any) -> list[bool]:
+        seen = []
+        for ends in (
+            lambda s, c: s.requestheaders(tflow.tflow(client_conn=c)),  # plain HTTP inside
+            lambda s, c: s.tcp_start(tflow.ttcpflow(client_conn=c)),  # passed through
+            lambda s, c: s.http_connect_error(tflow.tflow(client_conn=c)),
+        ):
+            slots = HandshakeSlots(Admission(slots=1, hold=30))
+            flow = connect_from("127.0.0.1")
+            await slots.http_connect(flow)
+            ends(slots, flow.client_conn)
+            seen.append(await answered(slots.http_connect(connect_from("127.0.0.1"))))
+        return seen
+
+    assert run(body) == [True, True, True]
+
+
+def test_a_refused_connect_takes_no_slot() -> None:
+    async def body(opts: Any) -> bool:
+        slots = HandshakeSlots(Admission(slots=1, hold=30))
+        refused = connect_from("127.0.0.1")
+        refused.response = http.Response.make(407)  # proxy authentication, before this addon
+        await slots.http_connect(refused)
+        return await answered(slots.http_connect(connect_from("127.0.0.1")))
+
+    assert run(body) is True
+
+
 def test_a_client_on_another_machine_never_waits() -> None:
     async def body(opts: Any) -> list[bool]:
         slots = HandshakeSlots(Admission(slots=1, hold=30))
@@ -86,10 +133,20 @@ def test_a_client_on_another_machine_never_waits() -> None:
                 ("203.0.113.7", "2001:db8::1", "10.1.2.3")]  # fmt: skip
 
     assert run(body) == [True, True, True]
+    # This machine through a dual-stack listener is local: it waits like 127.0.0.1.
+    held = HandshakeSlots(Admission(slots=1, hold=30))
+
+    async def mapped(opts: Any) -> bool:
+        await held.http_connect(connect_from("127.0.0.1"))
+        return await answered(held.http_connect(connect_from("::ffff:127.0.0.1")))
+
+    assert run(mapped) is False
 
 
-def test_the_replay_proxy_loads_the_slots_before_the_replayer() -> None:
+def test_the_replay_proxy_holds_a_connect_after_the_guard_has_seen_it() -> None:
+    """The guard's idle deadline starts at the CONNECT, so a client left waiting for a slot
+    can still be closed by it."""
     from ssetape.addons import replayer
 
     names = [type(a).__name__ for a in replayer.addons]
-    assert names.index("HandshakeSlots") < names.index("Replayer")
+    assert names.index("ConnectionGuard") < names.index("HandshakeSlots")
