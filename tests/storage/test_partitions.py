@@ -27,6 +27,16 @@ TODAY = NOW.date()
 DAY = dt.timedelta(days=1)
 
 
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The day as each test starts, not as the module was collected: partitions are named by
+    the day the store sees, and a suite may cross midnight (UTC) between the two."""
+    now = dt.datetime.now(dt.UTC)
+    for name, value in {"NOW": now, "TODAY": now.date(), "OLD": now - (NOW - OLD),
+                        "CUT": now - (NOW - CUT)}.items():  # fmt: skip
+        monkeypatch.setitem(globals(), name, value)
+
+
 @pytest.fixture
 def store_url() -> Iterator[str]:
     """PostgreSQL only (conftest's ``store`` opens it)."""
