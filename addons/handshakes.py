@@ -13,12 +13,11 @@ their round trips pace them already, and mitmproxy gives an addon no socket to r
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 
 from mitmproxy import connection, http, tcp, tls
 
-from ssetape.replay.admission import Admission
+from ssetape.replay.admission import Admission, on_this_machine
 
 __all__ = ["HandshakeSlots"]
 
@@ -31,7 +30,7 @@ class HandshakeSlots:
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None:
             return  # refused (proxy authentication) or killed: no handshake follows
-        if not _local(flow.client_conn):
+        if not on_this_machine(flow.client_conn.peername):
             return
         if self.admission is None:  # made here: a semaphore belongs to the running loop
             self.admission = Admission()
@@ -67,13 +66,3 @@ class HandshakeSlots:
         release = self._held.pop(client.id, None)
         if release is not None:
             release()
-
-
-def _local(client: connection.Client) -> bool:
-    try:
-        ip = ipaddress.ip_address(client.peername[0])
-    except (TypeError, IndexError, ValueError):
-        return True  # not an IP socket
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # a dual-stack listener
-    return ip.is_loopback

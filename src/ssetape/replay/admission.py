@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from collections.abc import AsyncIterator, Callable
 
-__all__ = ["Admission", "share"]
+__all__ = ["Admission", "on_this_machine", "share"]
 
 SLOTS = 4  # handshakes in progress at once
 HOLD = 0.05  # seconds one handshake may keep its slot
@@ -33,6 +34,18 @@ def share(processes: int) -> int:
     one budget. Measured at 200 cold HTTPS streams over two workers (docs/BENCHMARKS.md): 2
     slots each kept TTFB p95 at 3.5-5.4 ms, 4 each at 7.2-11.2."""
     return max(1, SLOTS // max(1, processes))
+
+
+def on_this_machine(peer: object) -> bool:
+    """Whether a socket peer (a peername) is this machine: loopback, a dual-stack listener's
+    ``::ffff:127.0.0.1``, or not an IP socket at all."""
+    try:
+        ip = ipaddress.ip_address(peer[0])  # type: ignore[index]
+    except (TypeError, IndexError, KeyError, ValueError):
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 class Admission:

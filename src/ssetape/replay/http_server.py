@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import resource
 import socket
@@ -19,7 +18,7 @@ import time
 from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
-from ssetape.replay.admission import Admission
+from ssetape.replay.admission import Admission, on_this_machine
 from ssetape.replay.responder import Responder, TlsFor
 from ssetape.replay.stamped_reader import StampedReader, arrival
 
@@ -227,11 +226,7 @@ def _round_trip(writer: asyncio.StreamWriter) -> float | None:
 
 def _loopback(writer: asyncio.StreamWriter) -> bool:
     """Whether the peer is this machine (where its round trip cannot be read)."""
-    peer = writer.get_extra_info("peername")
-    try:
-        return ipaddress.ip_address(peer[0]).is_loopback
-    except (TypeError, IndexError, ValueError):
-        return True  # not an IP socket
+    return on_this_machine(writer.get_extra_info("peername"))
 
 
 def _alpn(writer: asyncio.StreamWriter) -> str | None:
