@@ -21,7 +21,7 @@ import orjson
 
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.apis import APIS, UNKNOWN, api_of_body, api_of_event, detect_api
-from ssetape.analysis.findings import Finding, FindingCode
+from ssetape.analysis.findings import UNMODELLED, Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from ssetape.analysis.tally import Tally
 from ssetape.json_array import JsonArrayParser
@@ -174,7 +174,8 @@ class Analyzer:
             tally.follow, tally.closed = frozenset(), False  # once; read it as any event
         done = data == "[DONE]"
         obj = _BAD_JSON if done else _loads(data)
-        if tally.api == UNKNOWN:
+        if tally.api == UNKNOWN and self._data_events == 1:
+            # The first event names the API: no rules read a stream none claimed at its start.
             self._set_api(tally, api_of_event(event, obj))
         rules = APIS.get(tally.api)
         if rules is None:
@@ -191,8 +192,7 @@ class Analyzer:
             return rules.event(tally, seq, named, obj)
         kind = named or obj.get("type")
         if not isinstance(kind, str) or not kind:
-            detail = "The event has neither an event name nor a type."
-            tally.add(FindingCode.UNKNOWN_EVENT, seq, detail)
+            tally.add(FindingCode.UNKNOWN_EVENT, seq, "The event has neither a name nor a type.")
             return False
         return rules.event(tally, seq, kind, obj)
 
@@ -246,6 +246,8 @@ class Analyzer:
         if outcome == Outcome.HTTP_ERROR:
             # Without a JSON error body, an error event in the stream is the next best label.
             reason = http_reason or tally.reason or str(status)
+        if rules is None and streamed and not http_error:
+            extra.append(Finding(FindingCode.UNKNOWN_API, None, UNMODELLED))
         over = state in (ExchangeState.COMPLETED, ExchangeState.TRUNCATED)
         if rules is not None and over and not (http_error or body_read or tally.finished):
             extra.append(Finding(FindingCode.NO_TERMINAL_EVENT, None, rules.no_terminal))
@@ -300,22 +302,20 @@ class Analyzer:
 
     def _read_body(self, tally: Tally, body: bytes, extra: list[Finding]) -> None:
         obj = _loads(body)
+        if tally.api == UNKNOWN and isinstance(obj, dict):
+            tally.api = api_of_body(obj)
+        rules = APIS.get(tally.api)
+        if rules is None:
+            return  # an API not modelled: nothing is said of its body's form
         if obj is _BAD_JSON:
             detail = "The response body is not valid JSON."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
-            return
-        rules = APIS.get(tally.api)
-        if isinstance(obj, list) and rules is not None and rules.body_array is not None:
+        elif isinstance(obj, list) and rules.body_array is not None:
             rules.body_array(tally, obj)
-            return
-        if not isinstance(obj, dict):
+        elif not isinstance(obj, dict):
             detail = "The response body is not a JSON object."
             extra.append(Finding(FindingCode.INVALID_JSON, None, detail))
-            return
-        if tally.api == UNKNOWN:
-            tally.api = api_of_body(obj)
-        rules = APIS.get(tally.api)
-        if rules is not None:
+        else:
             rules.body(tally, obj)
 
     def _fallback(self, status: int | None, state: str, exc: Exception) -> Analysis:

@@ -2,7 +2,8 @@
 
 Adding an API is one module in :mod:`ssetape.analysis.rules` defining ``RULES`` and one line
 here. An exchange's API is found from its request path (by suffix, so gateway prefixes work),
-else from its first events or its body.
+else from its first event (a stream no API claims there stays unknown: no rules read it) or
+its body.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Finding", "FindingCode"]
+__all__ = ["UNMODELLED", "Finding", "FindingCode"]
 
 
 class FindingCode(StrEnum):
@@ -20,6 +20,12 @@ class FindingCode(StrEnum):
     UNKNOWN_EVENT = "unknown_event"  # outside the API's vocabulary (kept, informational)
     ANALYZER_ERROR = "analyzer_error"  # a bug of ours, never of the stream
     FINDINGS_TRUNCATED = "findings_truncated"  # more findings than are kept
+    # A note, not a fault: no API ssetape models claimed the stream, so nothing was checked.
+    UNKNOWN_API = "unknown_api"
+
+
+# The detail of UNKNOWN_API.
+UNMODELLED = "No API ssetape models claimed this stream: its events and timing are kept, unchecked."
 
 
 @dataclass(frozen=True, slots=True)

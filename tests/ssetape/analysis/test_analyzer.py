@@ -212,7 +212,9 @@ def test_unknown_api() -> None:
     an = Analyzer(method="GET", path="/v1/models", request_body=None)
     an.feed(0, 0, None, "hello")
     a = an.finish(status=200, state="completed", response_body=b'{"data": 1}')
-    assert (a.api, a.outcome, a.reason, a.findings) == ("unknown", "completed", None, [])
+    # An API ssetape does not model gets no protocol finding, only the note that it is one.
+    assert (a.api, a.outcome, a.reason) == ("unknown", "completed", None)
+    assert [f.code for f in a.findings] == ["unknown_api"]
     assert Analyzer(method="GET", path="/x", request_body=None).finish(
         status=200, state="aborted"
     ).outcome == ("aborted")

@@ -27,6 +27,7 @@ intervened (``guardrail_intervened``) withheld or masked the answer: refused.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -232,6 +233,25 @@ def test_a_host_nothing_names_gets_no_false_finding_either() -> None:
     """The default profile (any unknown gateway) reads every real stream without a finding."""
     for stream in real_streams():
         assert analyse(stream, profile="compatible").findings == [], stream.name
+
+
+@pytest.mark.parametrize("path", [None, "/gateway/route-7"])
+@pytest.mark.parametrize(
+    "name", [s.name for s in real_streams() if s.meta["api"] == "interactions"]
+)
+def test_interactions_streams_end_with_done_and_no_finding(name: str, path: str | None) -> None:
+    """Google ends an Interactions stream with ``event: done`` / ``data: [DONE]`` after its
+    terminal (google-genai's ``Stream`` stops reading at ``[DONE]``); the vercel/ai fixtures
+    these were re-framed from keep the events only. With it, each reads as without it, and
+    with no finding, on Google's path and behind a route that does not name the API."""
+    stream = by_name(name)
+    meta = {**stream.meta, "request_path": path or stream.meta["request_path"]}
+    ended = replace(stream, meta=meta, wire=stream.wire + b"event: done\ndata: [DONE]\n\n")
+    a, b = analyse(ended), analyse(stream)
+    assert a.findings == []
+    assert (a.api, a.outcome, a.reason, a.input_tokens, a.output_tokens, a.output_text) == (
+        b.api, b.outcome, b.reason, b.input_tokens, b.output_tokens, b.output_text,
+    )  # fmt: skip
 
 
 def _json_events(stream: RealStream) -> list[dict[str, Any]]:

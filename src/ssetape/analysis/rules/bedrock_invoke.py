@@ -9,6 +9,12 @@ Anthropic's Messages events (``type``), Amazon Nova's Converse-shaped events (on
 Titan (``outputText``, ``completionReason``), Mistral (``outputs``) and Cohere (``text``,
 ``finish_reason``). Bedrock adds ``amazon-bedrock-invocationMetrics`` to the last chunk: its
 token counts stand when the model reported none.
+
+A guardrail that intervened is said in the body, ``"amazon-bedrock-guardrailAction":
+"INTERVENED"`` (InvokeModel's guardrail example; the headers name none). A single-object model
+blocked by one sends that one chunk with the guardrail's message as ``outputText`` and its
+token counts but no stop reason (Titan): the answer was withheld, refused with
+``guardrail_intervened`` as Converse names it, not a stream cut before its last chunk.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from ssetape.vocabulary import Outcome
 __all__ = ["RULES"]
 
 _METRICS = "amazon-bedrock-invocationMetrics"
+_GUARDRAIL = "amazon-bedrock-guardrailAction"
 # The stop reasons of the models' own APIs that mean the answer was cut or withheld; any
 # other stop reason ended it normally.
 _STOPPED = {
@@ -114,6 +121,8 @@ def _single(tally: Tally, inner: dict[str, Any]) -> bool:
     )
     if stop is not None:
         tally.end(_STOPPED.get(stop, Outcome.COMPLETED), stop)
+    elif inner.get(_GUARDRAIL) == "INTERVENED":
+        tally.end(Outcome.REFUSED, "guardrail_intervened")
     return bool(text)
 
 

@@ -1,7 +1,8 @@
 """Rules of OpenAI Chat Completions (and the many gateways that speak it).
 
 A stream is ``chat.completion.chunk`` objects without event names, ended by ``data: [DONE]``;
-``finish_reason`` decides the outcome.
+``finish_reason`` decides the outcome. The usage is a chunk's ``usage``, else Groq's
+``x_groq.usage``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def chat_chunk(tally: Tally, chunk: dict[str, Any]) -> bool:
     rare and their choices interleave, so one answer is what the fields can describe."""
     if tally.model is None:
         tally.set_model(chunk.get("model"))
-    openai_usage(tally, chunk.get("usage"))
+    usage = chunk.get("usage")
+    # Groq states the usage in its own x_groq.usage (groq-python's XGroq), sometimes there
+    # alone: read there when the chunk has no usage of its own.
+    openai_usage(tally, usage if usage else as_dict(chunk.get("x_groq")).get("usage"))
     content = False
     finish: object = None
     choices = chunk.get("choices")

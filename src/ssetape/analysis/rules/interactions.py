@@ -19,6 +19,9 @@ The terminal's ``interaction.status`` -> outcome: completed, and requires_action
 calls await their results) -> completed; incomplete, budget_exceeded -> incomplete; failed ->
 error; cancelled -> aborted (the client ended it); other values -> completed. The reason is
 the status. An ``error`` event is an error labelled by its ``error.code``, else its message.
+The stream then ends with ``event: done`` / ``data: [DONE]``, which is no event of the API
+(google-genai's stream stops reading at it): after the terminal it is read as the stream's
+end; without a terminal it says nothing of how the interaction ended.
 
 Usage (``interaction.usage``, a running ``usage`` in ``step.stop``, ``metadata.total_usage``):
 the API's counts read as Gemini's do, so ``total_output_tokens`` leaves the thinking out and
@@ -96,7 +99,7 @@ def event(tally: Tally, seq: int, name: str | None, ev: dict[str, Any]) -> bool:
     elif kind == "error":
         err = as_dict(ev.get("error"))
         reason = as_str(err.get("code")) or as_str(err.get("message")) or "error"
-        tally.end(Outcome.ERROR, reason)
+        tally.end(Outcome.ERROR, reason, done_ok=True)
     elif kind not in INTERACTIONS_EVENTS:
         tally.unknown(seq, kind)
     return False
@@ -207,7 +210,7 @@ def _terminal(tally: Tally, interaction: dict[str, Any]) -> None:
         elif entry.final is None:
             entry.final = "{}"
     status = as_str(interaction.get("status"))
-    tally.end(STATUS.get(status, Outcome.COMPLETED), status or None)
+    tally.end(STATUS.get(status, Outcome.COMPLETED), status or None, done_ok=True)
 
 
 def body(tally: Tally, obj: dict[str, Any]) -> None:
@@ -248,6 +251,7 @@ RULES = ApiRules(
     claims_event=_claims_event,
     claims_body=lambda obj: obj.get("object") == "interaction",
     no_terminal="The stream ended without interaction.completed or error.",
+    done=lambda _tally: None,
     # The type is the payload's event_type, not "type": the rules read it themselves, so a
     # stream whose event: lines a gateway dropped is still read.
     typed_events=False,

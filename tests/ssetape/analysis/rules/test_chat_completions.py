@@ -5,14 +5,18 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import orjson
 import pytest
 
 from ssetape.analysis.analyzer import Analysis
+from ssetape.analysis.profiles import profile_for
 from ssetape.simulator.openai_streams import REFUSAL
 from ssetape.simulator.scenario import (
     answer_tokens,
 )
+from ssetape.sse import SseParser
 from ssetape.vocabulary import ERROR_OUTCOMES
+from tests.corpus import by_name
 from tests.ssetape.analysis.streams import (
     ARGS,
     CHAT,
@@ -215,3 +219,31 @@ def test_chat_choice_zero_only_and_no_finish_reason() -> None:
     )
     # [DONE] ends the stream even without a finish_reason.
     assert (a.outcome, a.reason, a.output_text) == ("completed", None, "mine")
+
+
+# Groq: usage in x_groq only -----------------------------------------------------------------
+
+
+def test_groq_usage_sent_only_in_x_groq_is_read_there() -> None:
+    """Groq's chunks carry ``x_groq`` (groq-python ``ChatCompletionChunk.x_groq``, an ``XGroq``
+    whose ``usage`` is a ``CompletionUsage``; "different fields appear in different chunks"),
+    and Groq may state the usage there alone. The real Groq capture with its top-level usage
+    taken out is such a stream: its x_groq.usage still holds 304 prompt and 49 completion
+    tokens, 23 of them reasoning, and asking for usage finds it delivered."""
+    stream = by_name("cc_groq_tool_calls_xgroq")
+    events: list[tuple[str | None, Any]] = []
+    parser = SseParser()
+    for ev in parser.feed(stream.body) + parser.close():
+        if ev.data is None or ev.data == "[DONE]":
+            events.append((ev.event, ev.data))
+            continue
+        chunk = orjson.loads(ev.data)
+        chunk.pop("usage", None)
+        events.append((ev.event, chunk))
+    assert any("usage" in (c.get("x_groq") or {}) for _, c in events if isinstance(c, dict))
+    request = {"stream": True, "stream_options": {"include_usage": True}}
+    a = run(CHAT, events, request=request, profile=profile_for(stream.host).name)
+    assert (a.outcome, a.reason) == ("completed", "tool_calls")
+    assert (a.input_tokens, a.output_tokens, a.total_tokens) == (304, 49, 353)
+    assert a.reasoning_tokens == 23
+    assert a.findings == []

@@ -187,6 +187,28 @@ def test_a_cut_stream() -> None:
     assert [f.detail for f in ended.findings] == [expected]
 
 
+DONE = ("done", "[DONE]")  # how Google ends the stream; google-genai stops reading at it
+
+
+@pytest.mark.parametrize("path", [PATH, "/gateway/llm"])
+def test_the_done_that_ends_a_stream_is_no_event_after_its_terminal(path: str) -> None:
+    """After ``interaction.completed`` (or ``error``) the stream ends with ``event: done`` /
+    ``data: [DONE]``: the end of the stream, not an event after its terminal."""
+    a = run(path, [*text_steps("1, 2."), DONE], request=REQUEST)
+    assert (a.api, a.outcome, a.reason, a.output_text) == (
+        "interactions", "completed", "completed", "1, 2.",
+    )  # fmt: skip
+    assert a.findings == []
+    failed = run(path, [created(), ev("error", error={"code": "x"}), DONE], request=REQUEST)
+    assert (failed.outcome, failed.reason, failed.findings) == ("error", "x", [])
+    # Only once: anything after it still arrived after the terminal.
+    late = run(path, [*text_steps("1"), DONE, DONE], request=REQUEST)
+    assert codes(late) == [FindingCode.EVENT_AFTER_TERMINAL]
+    # Without a terminal, [DONE] says nothing of how the interaction ended.
+    cut = run(path, [*text_steps("1")[:-1], DONE], request=REQUEST)
+    assert (cut.outcome, codes(cut)) == ("cut", [FindingCode.NO_TERMINAL_EVENT])
+
+
 def test_unnamed_events_are_read_by_their_event_type() -> None:
     events: list[tuple[str | None, Any]] = [(None, p) for _, p in text_steps("Hi")]
     a = run(PATH, events, request=REQUEST)
