@@ -6,10 +6,12 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from ssetape.analysis.content_events import ContentEvents
 from ssetape.mcp_server.exchanges import event_doc
 from ssetape.mcp_server.paging import cursor_ints, limit_of, since_of
 from ssetape.mcp_server.texts import clip
 from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import summary
 
@@ -25,18 +27,18 @@ AROUND = 2
 Pause = tuple[int, int, int]  # (gap in us, seq before it, seq after it)
 
 
-def _pauses(queries: Queries, exchange_id: int, min_gap_us: int) -> tuple[int, list[Pause]]:
+def _pauses(queries: Queries, x: Exchange, min_gap_us: int) -> tuple[int, list[Pause]]:
     """How many pauses of at least ``min_gap_us`` the stream has, and the longest few, by
-    seq."""
+    seq. A pause is a gap between content events (analysis.content_events), as the stored
+    ``gap_max_us`` that found the exchange: keep-alives inside it do not cut it short."""
     count, longest = 0, list[Pause]()
-    last: tuple[int, int] | None = None  # (seq, offset_us)
-    for seq, offset_us, _event, _data in queries.timing_rows(exchange_id):
-        if last is not None and offset_us - last[1] >= min_gap_us:
+    rows = ((e.seq, e.offset_us, e.content) for e in ContentEvents.read(queries, x))
+    for gap in ContentEvents.gaps(rows):
+        if gap.us >= min_gap_us:
             count += 1
-            heapq.heappush(longest, (offset_us - last[1], last[0], seq))
+            heapq.heappush(longest, (gap.us, gap.before_seq, gap.seq))
             if len(longest) > PAUSES_SHOWN:
                 heapq.heappop(longest)
-        last = (seq, offset_us)
     return count, sorted(longest, key=lambda p: p[2])
 
 
@@ -51,7 +53,7 @@ def find_stalls(
                            before=before[0] if before else None)  # fmt: skip
     stalls = []
     for x in rows:
-        count, longest = _pauses(queries, x.id, min_gap_us)
+        count, longest = _pauses(queries, x, min_gap_us)
         pauses = []
         for gap_us, prev, seq in longest:
             before_it = queries.events_page(x.id, after_seq=prev - AROUND, stop_seq=seq)

@@ -20,6 +20,7 @@ import orjson
 
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.apis import APIS, api_of_event
+from ssetape.analysis.content_events import ContentEvents
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import url_of
@@ -72,15 +73,25 @@ class _StoredMarks(Collection[Mark]):
         return self._count
 
     def __iter__(self) -> Iterator[Mark]:
-        kind, label = _classifier(self._x.api), Timeline.label_of
-        for seq, offset_us, event, data in self._queries.timing_rows(self._x.id):
-            yield Mark(seq, offset_us, kind(event, data), label(event, data))
+        label = Timeline.label_of
+        for seq, offset_us, kind, event, data in self._kinds():
+            yield Mark(seq, offset_us, kind, label(event, data))
 
     def points(self) -> Iterator[tuple[int, int, str]]:
         """(seq, offset_us, kind) of each mark: what a scan counts, with no label made."""
-        kind = _classifier(self._x.api)
-        for seq, offset_us, event, data in self._queries.timing_rows(self._x.id):
-            yield seq, offset_us, kind(event, data)
+        for seq, offset_us, kind, _, _ in self._kinds():
+            yield seq, offset_us, kind
+
+    def _kinds(self) -> Iterator[tuple[int, int, str, str | None, str | None]]:
+        """Each event's kind. The content lane is what the analysis counted as content, so
+        the gaps a chart lists are those of the stored figures (analysis.content_events);
+        an event the names alone would call content but that carried none is set-up."""
+        classify = _classifier(self._x.api)
+        for e in ContentEvents.read(self._queries, self._x):
+            kind = "content" if e.content else classify(e.event, e.data)
+            if kind == "content" and not e.content:
+                kind = "meta"
+            yield e.seq, e.offset_us, kind, e.event, e.data
 
     def __contains__(self, item: object) -> bool:
         return any(m == item for m in self)
@@ -278,7 +289,8 @@ class Timeline:
     # Shared ---------------------------------------------------------------------------------
 
     def scan(self, cells: int) -> Scan:
-        """Events per cell for each kind and the longest gaps, in one pass over the marks."""
+        """Events per cell for each kind and the longest gaps between content events, in one
+        pass over the marks."""
         span = self.span_us
         counts: dict[str, list[int]] = {}
         top: list[Gap] = []
@@ -303,6 +315,10 @@ class Timeline:
                 row[cell] += 1
             else:
                 row[cells - 1 if cell > 0 else 0] += 1
+            # Gaps are between content events only (analysis.content_events): keep-alives
+            # and set-up events in a pause do not cut it into shorter ones.
+            if kind != "content":
+                continue
             if prev is None:
                 prev = off
             if off - prev > floor:

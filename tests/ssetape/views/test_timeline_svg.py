@@ -34,7 +34,7 @@ def test_svg_chat_stream() -> None:
     assert "▼ TTFT 412 ms" in texts
     assert {"meta", "content", "terminal", "0", "1 s"} <= set(texts)
     assert root.findtext(f"{SVG}title", "").startswith("<script>alert(1)</script> & co · 43")
-    assert any(t.startswith("longest gaps: 1.53 s before #22") for t in texts)
+    assert any(t.startswith("longest gap: 1.53 s before #22") for t in texts)
     assert len([e for e in root.iter(f"{SVG}rect") if e.get("class") == "gap"]) >= 1
 
 
