@@ -8,11 +8,12 @@ import datetime as dt
 import re
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, or_
+from sqlalchemy import ColumnElement, Select, and_, or_
 
 from ssetape.storage.models import Exchange
+from ssetape.vocabulary import ERROR_OUTCOMES, FAILED, TRANSPORT_ERRORS, parse_outcome
 
-__all__ = ["ExchangeFilter", "Filters", "Picked", "parse_since"]
+__all__ = ["ExchangeFilter", "Filters", "Picked", "failed_clause", "parse_since"]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
@@ -43,6 +44,17 @@ def parse_since(
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
+def failed_clause() -> ColumnElement[bool]:
+    """``vocabulary.is_failed`` in SQL: the outcome when the exchange was analysed, else its
+    transport alone. Every count of failed exchanges (stats, sessions, the web's charts)
+    and the filter ``outcome=failed`` use this one expression."""
+    x = Exchange
+    return or_(
+        and_(x.outcome.is_not(None), x.outcome.in_(sorted(ERROR_OUTCOMES))),
+        and_(x.outcome.is_(None), or_(x.status >= 400, x.state.in_(sorted(TRANSPORT_ERRORS)))),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ExchangeFilter:
     """The exchanges a reader asks for; every field left None matches all."""
@@ -55,6 +67,12 @@ class ExchangeFilter:
     text: str | None = None  # in the output text or the path
     session: str | None = None  # exact
 
+    def __post_init__(self) -> None:
+        # An outcome no exchange can have would match nothing, silently: refuse it, naming
+        # the choices (ValueError, which every front end shows as its one-line error).
+        if self.outcome:
+            parse_outcome(self.outcome)
+
     def apply(self, stmt: S) -> S:
         if self.api:
             stmt = stmt.where(Exchange.api == self.api)
@@ -66,7 +84,9 @@ class ExchangeFilter:
                     Exchange.model.startswith(self.model, autoescape=True),
                 )
             )
-        if self.outcome:
+        if self.outcome == FAILED:
+            stmt = stmt.where(failed_clause())
+        elif self.outcome:
             stmt = stmt.where(Exchange.outcome == self.outcome)
         if self.host:
             # Hosts are stored as the proxy saw them: lower case.

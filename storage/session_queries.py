@@ -26,11 +26,10 @@ from sqlalchemy import (
     select,
 )
 
-from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.filters import ExchangeFilter, failed_clause
 from ssetape.storage.models import Exchange
 from ssetape.storage.narrowing import Narrowing
 from ssetape.storage.store import Store
-from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
 
 __all__ = ["SessionCall", "SessionQueries", "SessionTotals", "WindowFilter"]
 
@@ -97,13 +96,8 @@ class SessionCall(NamedTuple):
 
 def _is_error() -> ColumnElement[int]:
     """1 for a call that failed, else 0 (an expression: summed by the database), as
-    ssetape.analysis.stats.is_error judges it, so a session's errors match `stats --by session`."""
-    analysed = and_(Exchange.outcome.is_not(None), Exchange.outcome.in_(sorted(ERROR_OUTCOMES)))
-    transport = and_(
-        Exchange.outcome.is_(None),
-        or_(Exchange.status >= 400, Exchange.state.in_(sorted(TRANSPORT_ERRORS))),
-    )
-    return case((or_(analysed, transport), 1), else_=0)
+    storage.filters.failed_clause judges it, so a session's failures match `stats`."""
+    return case((failed_clause(), 1), else_=0)
 
 
 _CALL_COLUMNS = (

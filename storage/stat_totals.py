@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from sqlalchemy import Float, String, and_, case, cast, func, null, or_, select
+from sqlalchemy import Float, String, case, cast, func, null, or_, select
 
-from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.filters import ExchangeFilter, failed_clause
 from ssetape.storage.models import Exchange
 from ssetape.storage.narrowing import Narrowing
-from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
 
 __all__ = ["StatTotals"]
 
@@ -44,12 +43,7 @@ class StatTotals(NamedTuple):
         """The groups of ``key`` (None: one group of all) among what ``filters`` match; no
         row when nothing matches."""
         x = Exchange
-        # analysis.stats.is_error, in SQL: the outcome when the exchange was analysed, else
-        # its transport alone.
-        error = or_(
-            and_(x.outcome.is_not(None), x.outcome.in_(sorted(ERROR_OUTCOMES))),
-            and_(x.outcome.is_(None), or_(x.status >= 400, x.state.in_(sorted(TRANSPORT_ERRORS)))),
-        )
+        error = failed_clause()
 
         def pct(q: float, col: Any) -> Any:
             return func.percentile_cont(q).within_group(cast(col, Float))

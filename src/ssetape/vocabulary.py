@@ -11,6 +11,7 @@ from enum import StrEnum
 
 __all__ = [
     "ERROR_OUTCOMES",
+    "FAILED",
     "INLINE_BODY",
     "MAX_BODY",
     "MAX_SESSION",
@@ -20,6 +21,9 @@ __all__ = [
     "Outcome",
     "RecordMode",
     "check_session",
+    "is_failed",
+    "outcome_choices",
+    "parse_outcome",
     "session_of",
 ]
 
@@ -83,6 +87,8 @@ class Outcome(StrEnum):
     RECORDING = "recording"  # not over yet
 
 
+# The outcomes counted as failed: `stats`' "failed" column, the web's red marks and the
+# filter `--outcome failed` are this one set (docs/FIGURES.md).
 ERROR_OUTCOMES: frozenset[str] = frozenset(
     {
         Outcome.ERROR,
@@ -93,6 +99,31 @@ ERROR_OUTCOMES: frozenset[str] = frozenset(
         Outcome.INTERRUPTED,
     }
 )
+# A filter value that stands for every outcome in ERROR_OUTCOMES (and, for an exchange not
+# analysed yet, an HTTP error status or a transport that failed: see is_failed).
+FAILED = "failed"
+
+
+def outcome_choices() -> list[str]:
+    """What an outcome filter takes: every outcome, then the group ``failed``."""
+    return [o.value for o in Outcome] + [FAILED]
+
+
+def parse_outcome(value: str) -> str:
+    """``value`` as an outcome filter; ValueError in one line naming the choices otherwise."""
+    if value in outcome_choices():
+        return value
+    raise ValueError(f"outcome {value!r} is not one of {', '.join(outcome_choices())}")
+
+
+def is_failed(outcome: str | None, status: int | None, state: str) -> bool:
+    """Whether an exchange counts as failed (storage.filters.failed_clause says it in SQL)."""
+    if outcome is not None:
+        return outcome in ERROR_OUTCOMES
+    # Not analysed yet (`ssetape reindex` fills it): judged by its transport alone.
+    return (status is not None and status >= 400) or state in TRANSPORT_ERRORS
+
+
 # What counts as an error in an exchange not analysed yet (no outcome): its transport's end.
 TRANSPORT_ERRORS: frozenset[str] = frozenset(
     {ExchangeState.FAILED, ExchangeState.TRUNCATED, ExchangeState.INTERRUPTED}

@@ -12,7 +12,7 @@ from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.queries import GROUP_BY, Queries
 from ssetape.storage.stat_totals import StatTotals
 from ssetape.storage.store import Store
-from ssetape.vocabulary import ERROR_OUTCOMES, TRANSPORT_ERRORS
+from ssetape.vocabulary import is_failed
 
 __all__ = ["GROUP_BY", "Stats", "is_error", "percentile"]
 
@@ -32,10 +32,8 @@ def _ms(us: float | None) -> float | None:
 
 
 def is_error(outcome: str | None, status: int | None, state: str) -> bool:
-    if outcome is not None:
-        return outcome in ERROR_OUTCOMES
-    # Not analysed yet (`ssetape reindex` fills it): judge by transport alone.
-    return (status is not None and status >= 400) or state in TRANSPORT_ERRORS
+    """Whether an exchange counts as failed: ``vocabulary.is_failed``, the one definition."""
+    return is_failed(outcome, status, state)
 
 
 def _name(by: str | None, group: Any) -> str:

@@ -13,7 +13,7 @@ import click
 import orjson
 
 from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, profile_names
-from ssetape.vocabulary import MAX_SESSION, Outcome, check_session
+from ssetape.vocabulary import ERROR_OUTCOMES, MAX_SESSION, check_session, outcome_choices
 
 # The store (SQLAlchemy) and the price book are imported where they are used: every command
 # module builds its options from here at import, and `ssetape CMD --help` needs neither.
@@ -136,7 +136,26 @@ def open_db(db: str, *, create: bool = False) -> Store:
 def open_reader(db: str, read_db: str | None, *, create: bool = False) -> Store:
     """Open the store a read-only command reads: ``--read-db`` when given (a standby: checked,
     never migrated, nothing marked; ``--db`` is then not opened at all), else ``--db`` as
-    ``open_db`` does."""
+    ``open_db`` does. A cassette (``--db tape.jsonl``) is read from a private copy of it in
+    a temporary SQLite file, gone when the command exits."""
+    if not read_db and db.endswith(".jsonl") and "://" not in db:
+        import atexit
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from ssetape.cassettes.cassette import Cassette, CassetteError
+        from ssetape.storage.store import Store
+
+        tmp = tempfile.mkdtemp(prefix="ssetape-cassette-")
+        atexit.register(shutil.rmtree, tmp, True)
+        store = Store.open(str(Path(tmp) / "cassette.db"))
+        try:
+            Cassette(Path(db)).import_into(store)
+        except (CassetteError, OSError) as e:
+            store.close()
+            raise click.ClickException(str(e)) from None
+        return store
     if not read_db:
         return open_db(db, create=create)
     from ssetape.storage.store import Store, StoreError
@@ -283,8 +302,9 @@ def filter_options(f: F) -> F:
     return _apply(f, [
         click.option("--api", type=ApiChoice(), help="Only this API kind."),
         click.option("--model", help="Only this model (exact or prefix)."),
-        click.option("--outcome", type=click.Choice([o.value for o in Outcome]),
-                     help="Only this outcome (completed, error, refused, ...)."),
+        click.option("--outcome", type=click.Choice(outcome_choices()),
+                     help="Only this outcome; failed: any that stats counts as failed "
+                          f"({', '.join(sorted(ERROR_OUTCOMES))})."),
         click.option("--since", type=TimeParam(),
                      help="Only since a time: 30m, 1h, 2d or 2026-11-01."),
         click.option("--grep", "text", metavar="TEXT",

@@ -214,6 +214,14 @@ def test_stats_by_api_adds_up(tape: Tape) -> None:
     assert everything[0]["errors"] == 2
     assert ssetape_json("stats", "--db", tape.db, "--outcome", "completed")[0]["errors"] == 0
     assert ssetape_json("stats", "--db", tape.db, "--host", "example.com") == []
+    # What stats counts as failed is what `list --outcome failed` lists, and no more.
+    failed = ssetape_json("list", "--db", tape.db, "--outcome", "failed")
+    assert {r["model"] for r in failed} == {"gpt-4o-sim-error", "gpt-sim-429"}
+    assert {r["outcome"] for r in failed} == {"error", "http_error"}
+    for g in groups.values():
+        listed = ssetape_json("list", "--db", tape.db, "--api", g["group"], "--outcome", "failed")
+        assert len(listed) == g["errors"], g["group"]
+    assert_one_line_error(run("list", "--db", tape.db, "--outcome", "errors"), "failed")
     human = cli("stats", "--db", tape.db, "--by", "model")
     assert human.returncode == 0 and "claude-sim" in human.stdout
 
