@@ -28,16 +28,16 @@ def usd(nusd: int | None) -> float | None:
 
 
 def format_usd(nusd: int | None) -> str:
-    """$1,234.57 from a dollar up, $0.00725 below it (six decimals, zeros trimmed)."""
+    """US dollars to the micro-dollar, always six decimals: ``$0.007250``, ``$1,234.567890``.
+    One rule for every surface, so figures line up in a column and never read as more or
+    less precise than each other; a positive cost too small to show is ``<$0.000001``, not
+    ``$0.000000`` (which would read as free)."""
     if nusd is None:
         return NO_PRICE
     amount = Decimal(nusd) / NUSD_PER_USD
-    if amount >= 1:
-        return f"${amount:,.2f}"
     if 0 < amount < Decimal("0.000001"):
         return "<$0.000001"
-    text = f"{amount:.6f}".rstrip("0").rstrip(".")
-    return f"${text}"
+    return f"${amount:,.6f}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ BODY_MAX = 64 * 1024  # bytes of a request or response body
 HEADERS_SHOWN = 100  # request or response headers
 
 _MODEL_WIDTH = 16  # long gateway model names ("openai/gpt-4o-2024-08-06") end in "…"
+_REQUEST_ROOM = 40  # characters of the request column a whole model name never takes
 _LIST_COLUMNS = (
     "id", "started", "status", "model", "outcome", "events", "tokens", "cost", "ttft ms"
 )  # fmt: skip
@@ -68,10 +69,12 @@ def list_table(rows: list[Exchange], width: int = 80) -> Table:
             ]
         )
     fixed = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(_LIST_COLUMNS)]
-    fixed[3] = min(fixed[3], _MODEL_WIDTH)
-    # The request column takes what is left (one space between columns), at least 12; the
-    # model gives way first.
-    fixed[3] = max(8, min(fixed[3], width - 12 - (sum(fixed) - fixed[3]) - len(fixed)))
+    # The model shows whole where the terminal has room for it beside a request of
+    # _REQUEST_ROOM; narrower, it gives way first, to _MODEL_WIDTH, then down to 8, while the
+    # request column keeps at least 12 (one space between columns).
+    room = width - (sum(fixed) - fixed[3]) - len(fixed)
+    fixed[3] = min(fixed[3], max(_MODEL_WIDTH, room - _REQUEST_ROOM))
+    fixed[3] = max(8, min(fixed[3], room - 12))
     request_width = max(12, width - sum(fixed) - len(fixed))
     t = Table(
         box=None,
@@ -185,9 +188,12 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
         visible(f"{x.method} {s['url']}  "),
         (f"{x.status or '-'} ", "bold"),
         (visible(x.state), "green" if x.state == ExchangeState.COMPLETED else "yellow"),
-        f"  ttfb {s['ttfb_ms']} ms  ttft {s['ttft_ms']} ms  duration {s['duration_ms']} ms",
     )
-    parts: list[RenderableType] = [head]
+    # The figures on a line of their own, none that is unknown: a long URL wraps its own
+    # line and never cuts a figure in two.
+    shown = ((n, s[f"{n}_ms"]) for n in ("ttfb", "ttft", "duration"))
+    figures = "  ".join(f"{name} {ms} ms" for name, ms in shown if ms is not None)
+    parts: list[RenderableType] = [head] + ([Text(figures)] if figures else [])
     if x.session is not None:
         parts.append(cell(f"session: {x.session}"))
     if x.error:

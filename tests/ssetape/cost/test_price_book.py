@@ -55,7 +55,7 @@ def test_a_call_is_priced_at_the_rates_of_its_day(price_file: Path) -> None:
     before = book.price(query("acme-1", "api.acme.test", BEFORE, **counts))
     after = book.price(query("acme-1", "api.acme.test", AFTER, **counts))
     # Half the input read from the cache: 0.5 M at the input rate, 0.5 M at the cache rate.
-    assert format_usd(before.nusd) == "$2.75" and format_usd(after.nusd) == "$8.25"
+    assert format_usd(before.nusd) == "$2.750000" and format_usd(after.nusd) == "$8.250000"
     assert (after.provider, after.model, after.note) == ("acme", "acme-1", None)
     assert after.data == f"data.json sha256:{before.data.split(':')[1]}" and "sha256:" in after.data
 
@@ -157,8 +157,8 @@ def test_a_file_that_is_not_price_data_is_a_one_line_error(
 
 @pytest.mark.parametrize(
     ("nusd", "shown"),
-    [(None, "no price"), (0, "$0"), (1, "<$0.000001"), (7_250_000, "$0.00725"),
-     (1_234_567_890_123, "$1,234.57")],
+    [(None, "no price"), (0, "$0.000000"), (1, "<$0.000001"), (7_250_000, "$0.007250"),
+     (1_234_567_890_123, "$1,234.567890"), (2_750_000_000, "$2.750000")],
 )  # fmt: skip
 def test_prices_are_written_for_people(nusd: int | None, shown: str) -> None:
     assert format_usd(nusd) == shown
