@@ -29,6 +29,7 @@ from pathlib import Path
 import genai_prices
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
+from ssetape.analysis.knowledge import price_query
 from ssetape.analysis.profiles import profile_for
 from ssetape.cost.price_book import PriceBook, PriceQuery
 from ssetape.framing.framings import FRAMINGS, framing_of
@@ -87,24 +88,7 @@ def main() -> None:
     load_ms = (time.perf_counter() - t) * 1000
     streams = _streams()
     analyses = [(meta, _analyse(meta, events)) for meta, events in streams]
-    queries = [
-        PriceQuery(
-            a.api,
-            a.model,
-            "https",
-            str(meta["original_host"]),
-            443,
-            AT,
-            a.profile,
-            a.input_tokens,
-            a.output_tokens,
-            a.cache_read_tokens,
-            a.cache_write_tokens,
-            a.reasoning_tokens,
-            a.web_searches,
-        )
-        for meta, a in analyses
-    ]
+    queries = [price_query(a, "https", str(meta["original_host"]), 443, AT) for meta, a in analyses]
     priced = [q for q in queries if book.price(q).nusd is not None]
     usages = [(book._usage(q), q) for q in priced]  # the same usage, for the peer
 

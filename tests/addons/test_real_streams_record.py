@@ -15,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from ssetape.analysis.apis import APIS
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.profiles import DEFAULT_PROFILE
 from ssetape.cost.price_book import PriceBook, PriceQuery
@@ -129,10 +130,13 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
             assert x.ttft_us == (firsts[0] if firsts else None), stream.name
             # Priced in the recording process as the provider's own figures say (see
             # tests/ssetape/cost): served from 127.0.0.1, at the profile's or maker's rates.
+            rules = APIS.get(x.api or "")
             q = PriceQuery(
                 x.api, x.model, x.scheme, x.host, x.port, x.started_at, x.profile,
                 x.input_tokens, x.output_tokens, x.cache_read_tokens, x.cache_write_tokens,
                 x.reasoning_tokens, details.get("web_searches"),
+                vendor=rules.vendor if rules else None,
+                input_excludes_cache=bool(rules and rules.input_excludes_cache),
             )  # fmt: skip
             assert x.cost_nusd == book.price(q).nusd, stream.name
             assert x.price_data == book.version and (x.cost_nusd is not None or x.price_note)

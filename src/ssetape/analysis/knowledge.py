@@ -9,6 +9,7 @@ the same ``Analyzer``.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
@@ -17,7 +18,7 @@ from sqlalchemy import Connection, Table, bindparam, delete, insert, select, upd
 from sqlalchemy.orm import Session
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
-from ssetape.analysis.apis import streams_array
+from ssetape.analysis.apis import APIS, streams_array
 from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
 from ssetape.cost.price import Price
@@ -77,6 +78,19 @@ _UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
 _WHERE = (EXCHANGES.c.id, EXCHANGES.c.scheme, EXCHANGES.c.host, EXCHANGES.c.port)
 
 
+def price_query(
+    a: Analysis, scheme: str, host: str, port: int, started_at: dt.datetime
+) -> PriceQuery:
+    """What an analysed exchange is priced from, with its API's facts (ApiRules)."""
+    rules = APIS.get(a.api)
+    return PriceQuery(
+        a.api, a.model, scheme, host, port, started_at, a.profile, a.input_tokens,
+        a.output_tokens, a.cache_read_tokens, a.cache_write_tokens, a.reasoning_tokens,
+        a.web_searches, vendor=rules.vendor if rules is not None else None,
+        input_excludes_cache=rules is not None and rules.input_excludes_cache,
+    )  # fmt: skip
+
+
 def _prices(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook) -> list[Price]:
     """Each analysed exchange's price, from its analysis and where and when it was sent."""
     ids = [xid for xid, _ in results]
@@ -92,13 +106,8 @@ def _prices(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBo
         if r is None:
             prices.append(Price(None, "exchange gone", data=book.version))
             continue
-        query = PriceQuery(
-            a.api, a.model, r.scheme, r.host, r.port, r.started_at, a.profile,
-            a.input_tokens, a.output_tokens, a.cache_read_tokens, a.cache_write_tokens,
-            a.reasoning_tokens, a.web_searches,
-        )  # fmt: skip
         try:
-            prices.append(book.price(query))
+            prices.append(book.price(price_query(a, r.scheme, r.host, r.port, r.started_at)))
         except Exception as e:  # a price must never cost the exchange its knowledge
             log.warning("pricing exchange %d failed: %r", xid, e)
             prices.append(Price(None, f"pricing failed: {type(e).__name__}", data=book.version))

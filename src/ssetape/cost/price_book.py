@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 
-from ssetape.analysis.apis import APIS
 from ssetape.cost.price import Price, to_nusd
 from ssetape.http_fields import origin
 
@@ -58,6 +57,11 @@ class PriceQuery:
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
     web_searches: int | None = None
+    # Facts about the API (its ApiRules, which the analysis fills in: cost sits below
+    # analysis and knows no API): whose rates a call is priced at when its host is unknown,
+    # and whether its input count leaves cache reads and writes out (Anthropic's).
+    vendor: str | None = None
+    input_excludes_cache: bool = False
 
     @property
     def url(self) -> str:
@@ -152,8 +156,7 @@ class PriceBook:
 
     def _find_provider(self, q: PriceQuery) -> tuple[str | None, str]:
         snap = self._snapshot
-        rules = APIS.get(q.api or "")
-        vendor = rules.vendor if rules is not None else None
+        vendor = q.vendor
         for ref, pid, url, basis in (
             (q.model, None, q.url, "host"),
             (q.model, vendor, None, "by API"),
@@ -174,8 +177,7 @@ class PriceBook:
         from genai_prices import Usage
 
         inp = q.input_tokens
-        rules = APIS.get(q.api or "")
-        if inp is not None and rules is not None and rules.input_excludes_cache:
+        if inp is not None and q.input_excludes_cache:
             inp += (q.cache_read_tokens or 0) + (q.cache_write_tokens or 0)
         counts: dict[str, int | None] = {
             "input_tokens": inp,

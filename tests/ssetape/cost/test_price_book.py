@@ -112,9 +112,10 @@ def test_a_bedrock_call_through_any_host_is_priced_at_aws_rates() -> None:
     book = PriceBook.bundled()
     on_aws = book.price(PriceQuery("bedrock_converse", model, "https",
                                    "bedrock-runtime.us-east-1.amazonaws.com", 443, at,
-                                   input_tokens=1000, output_tokens=100))  # fmt: skip
-    local = book.price(PriceQuery("bedrock_converse", model, "http", "gateway.internal", 8080,
-                                  at, input_tokens=1000, output_tokens=100))  # fmt: skip
+                                   input_tokens=1000, output_tokens=100, vendor="aws"))  # fmt: skip
+    local = book.price(PriceQuery("bedrock_converse", model, "http", "gateway.internal",
+                                  8080, at, input_tokens=1000, output_tokens=100,
+                                  vendor="aws"))  # fmt: skip
     assert on_aws.nusd is not None and local.nusd == on_aws.nusd
     assert (local.provider, local.note) == ("aws", "aws's rates (by API: host unknown)")
 
@@ -131,7 +132,8 @@ def test_anthropic_input_gets_its_cache_counts_back() -> None:
     own = genai_prices.calc_price(own_usage, model, provider_id="anthropic",
                                   genai_request_timestamp=at)  # fmt: skip
     q = PriceQuery("messages", model, "https", "api.anthropic.com", 443, at, input_tokens=10,
-                   output_tokens=40, cache_read_tokens=2000, cache_write_tokens=500)  # fmt: skip
+                   output_tokens=40, cache_read_tokens=2000, cache_write_tokens=500,
+                   input_excludes_cache=True)  # fmt: skip
     assert PriceBook.bundled().price(q).nusd == to_nusd(own.total_price)
 
 

@@ -17,8 +17,9 @@ import orjson
 import pytest
 
 from ssetape.analysis.apis import APIS
+from ssetape.analysis.knowledge import price_query
 from ssetape.cost.price import to_nusd
-from ssetape.cost.price_book import PriceBook, PriceQuery
+from ssetape.cost.price_book import PriceBook
 from tests.corpus import RealStream, real_streams
 from tests.ssetape.analysis.test_real_streams import analyse
 
@@ -138,12 +139,7 @@ def _genai_prices_own(stream: RealStream, model: str | None) -> int | None:
 
 def _ours(stream: RealStream) -> tuple[int | None, str | None]:
     a = analyse(stream)
-    q = PriceQuery(
-        a.api, a.model, "https", stream.host, 443, AT, a.profile, a.input_tokens,
-        a.output_tokens, a.cache_read_tokens, a.cache_write_tokens, a.reasoning_tokens,
-        a.web_searches,
-    )  # fmt: skip
-    price = PriceBook.bundled().price(q)
+    price = PriceBook.bundled().price(price_query(a, "https", stream.host, 443, AT))
     return price.nusd, price.note
 
 
