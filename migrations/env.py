@@ -12,7 +12,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from ssetape.storage.models import Base
+from ssetape.storage.models import Base, include_object
 
 config = context.config
 target_metadata = Base.metadata
@@ -36,6 +36,7 @@ def run_migrations_online(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
+        include_object=include_object(connection.dialect.name),
         # SQLite can alter hardly anything in place: batch mode recreates tables.
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,

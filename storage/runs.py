@@ -211,7 +211,12 @@ class Runs:
         with self.store.engine.connect() as conn:
             exchanges = conn.scalar(select(func.count()).select_from(Exchange).where(mine)) or 0
             done = conn.scalar(select(func.count()).select_from(Exchange).where(finished)) or 0
-            events = conn.scalar(select(func.count()).select_from(Event).join(Exchange).where(mine))
+            events = conn.scalar(
+                select(func.count())
+                .select_from(Event)
+                .join(Exchange, Exchange.id == Event.exchange_id)
+                .where(mine)
+            )
         return exchanges, done, events or 0
 
     def totals(self) -> dict[str, Any]:

@@ -229,7 +229,9 @@ def test_prune_drops_a_day_whole_while_a_recorder_writes_and_never_one_it_must_k
     assert stats.failed_batches == 0, stats.last_error
     live = [u for u in feed.sent if u not in old]
     with store.Session() as s:
-        per_uid = select(Exchange.uid, func.count(Event.seq)).join(Event)
+        per_uid = select(Exchange.uid, func.count(Event.seq)).join(
+            Event, Event.exchange_id == Exchange.id
+        )
         got = dict(s.execute(per_uid.where(Exchange.uid.in_(live)).group_by(Exchange.uid)).all())
     assert got == {u: feed.sent[u] for u in live} and len(live) > 10
 

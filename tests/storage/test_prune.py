@@ -423,7 +423,9 @@ def test_a_recorder_writing_through_the_prune_loses_nothing(store: Store, feed: 
     # Every event the recorder handed over is in the store, in its exchange.
     live = [u for u in feed.sent if u not in old]
     with store.Session() as s:
-        per_uid = select(Exchange.uid, func.count(Event.seq)).join(Event)
+        per_uid = select(Exchange.uid, func.count(Event.seq)).join(
+            Event, Event.exchange_id == Exchange.id
+        )
         got = dict(s.execute(per_uid.where(Exchange.uid.in_(live)).group_by(Exchange.uid)).all())
     assert got == {u: feed.sent[u] for u in live}
     assert len(live) > 2

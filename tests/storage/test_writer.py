@@ -44,7 +44,9 @@ def stored(store: Store) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     with store.Session() as s:
         rows = s.execute(
-            select(Exchange.uid, Event.seq).join(Event).order_by(Exchange.uid, Event.seq)
+            select(Exchange.uid, Event.seq)
+            .join(Event, Event.exchange_id == Exchange.id)
+            .order_by(Exchange.uid, Event.seq)
         )
         for u, seq in rows:
             out.setdefault(u, []).append(seq)
