@@ -10,7 +10,11 @@ from ssetape.cli.options import open_reader, reader_options
 
 @click.command("mcp")
 @reader_options
-def mcp_cmd(db: str, read_db: str | None) -> None:
+@click.option(
+    "-v", "--verbose", is_flag=True,
+    help="Log each request on stderr (by default only warnings and errors).",
+)  # fmt: skip
+def mcp_cmd(db: str, read_db: str | None, verbose: bool) -> None:
     """Serve the store to coding agents over MCP on stdio (read-only tools)."""
     # Imported here: the other commands do not pay for the SDK. Stdout is the protocol's:
     # nothing else may print there.
@@ -18,6 +22,6 @@ def mcp_cmd(db: str, read_db: str | None) -> None:
 
     store = open_reader(db, read_db)
     try:
-        serve(store)
+        serve(store, "INFO" if verbose else "WARNING")
     finally:
         store.close()

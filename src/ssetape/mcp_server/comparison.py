@@ -30,7 +30,7 @@ def _timing(x: Exchange) -> Any:
     })  # fmt: skip
 
 
-def compare(queries: Queries, a: str, b: str) -> dict[str, Any]:
+def compare(queries: Queries, a: str | int, b: str | int) -> dict[str, Any]:
     xa, xb = lookup(queries, a), lookup(queries, b)
     rows, cut = differences(xa, xb)
     diff = [{"where": w, "what": k, "a": va, "b": vb} for w, k, va, vb in rows[:DIFF_SHOWN]]

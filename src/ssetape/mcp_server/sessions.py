@@ -15,7 +15,15 @@ from typing import Any
 import orjson
 
 from ssetape.cost.price import usd
-from ssetape.mcp_server.paging import ToolError, cursor_ints, limit_of, since_of
+from ssetape.mcp_server.paging import (
+    PAGE_BYTES,
+    Page,
+    ToolError,
+    budget_of,
+    cursor_ints,
+    limit_of,
+    since_of,
+)
 from ssetape.mcp_server.texts import clip
 from ssetape.storage.queries import Queries
 from ssetape.storage.session_queries import (
@@ -83,13 +91,15 @@ def _after(cursor: str | None) -> tuple[dt.datetime, str] | None:
 
 def sessions(
     queries: Queries, *, since: str | None = None, until: str | None = None, limit: int = 20,
-    cursor: str | None = None,
+    cursor: str | None = None, max_bytes: int = PAGE_BYTES,
 ) -> dict[str, Any]:  # fmt: skip
-    n = limit_of(limit)
+    n, budget = limit_of(limit), budget_of(max_bytes)
     rows = SessionQueries(queries.store).sessions(window(since, until), limit=n,
                                                   before=_after(cursor))  # fmt: skip
-    return {"sessions": [_totals(t) for t in rows],
-            "next_cursor": _cursor(rows[-1]) if len(rows) == n else None}  # fmt: skip
+    page = Page.fill(rows, _totals, budget, "session")
+    return {"sessions": page.docs,
+            "next_cursor": _cursor(rows[page.rows - 1]) if page.more(rows, n) else None,
+            **page.fields()}  # fmt: skip
 
 
 def _call(c: SessionCall, first: dt.datetime) -> dict[str, Any]:
@@ -105,17 +115,20 @@ def _call(c: SessionCall, first: dt.datetime) -> dict[str, Any]:
 
 
 def session(
-    queries: Queries, id: str, *, limit: int = 50, cursor: str | None = None
-) -> dict[str, Any]:
+    queries: Queries, id: str, *, limit: int = 50, cursor: str | None = None,
+    max_bytes: int = PAGE_BYTES,
+) -> dict[str, Any]:  # fmt: skip
     reads = SessionQueries(queries.store)
     totals = reads.totals(id)
     if totals is None:
         raise ToolError(f"no session {id[:40]!r} in this store")
-    n = limit_of(limit, CALLS_MAX)
+    n, budget = limit_of(limit, CALLS_MAX), budget_of(max_bytes)
     after = cursor_ints(cursor, 1)
     calls = reads.calls(id, limit=n, after=after[0] if after else None)
+    page = Page.fill(calls, lambda c: _call(c, totals.first_start), budget, "call")
     return {
         "totals": _totals(totals),
-        "calls": [_call(c, totals.first_start) for c in calls],
-        "next_cursor": str(calls[-1].id) if len(calls) == n else None,
+        "calls": page.docs,
+        "next_cursor": str(calls[page.rows - 1].id) if page.more(calls, n) else None,
+        **page.fields(),
     }

@@ -8,7 +8,14 @@ from typing import Any
 
 from ssetape.analysis.content_events import ContentEvents
 from ssetape.mcp_server.exchanges import event_doc
-from ssetape.mcp_server.paging import cursor_ints, limit_of, since_of
+from ssetape.mcp_server.paging import (
+    PAGE_BYTES,
+    Page,
+    budget_of,
+    cursor_ints,
+    limit_of,
+    since_of,
+)
 from ssetape.mcp_server.texts import clip
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
@@ -44,27 +51,36 @@ def _pauses(queries: Queries, x: Exchange, min_gap_us: int) -> tuple[int, list[P
 
 def find_stalls(
     queries: Queries, *, min_gap_ms: float = 1000, since: str | None = None, limit: int = 10,
-    cursor: str | None = None,
+    cursor: str | None = None, max_bytes: int = PAGE_BYTES,
 ) -> dict[str, Any]:  # fmt: skip
     n = limit_of(limit, STALLED_MAX)
+    budget = budget_of(max_bytes)
     min_gap_us = max(1, round(min_gap_ms * 1000))
     before = cursor_ints(cursor, 1)
     rows = queries.stalled(min_gap_us, ExchangeFilter(since=since_of(since)), limit=n,
                            before=before[0] if before else None)  # fmt: skip
-    stalls = []
-    for x in rows:
-        count, longest = _pauses(queries, x, min_gap_us)
-        pauses = []
-        for gap_us, prev, seq in longest:
-            before_it = queries.events_page(x.id, after_seq=prev - AROUND, stop_seq=seq)
-            after_it = queries.events_page(x.id, after_seq=seq - 1, limit=AROUND)
-            pauses.append({
-                "gap_ms": round(gap_us / 1000, 3),
-                "between_seqs": [prev, seq],
-                "events_before": [event_doc(e) for e in before_it[-AROUND:]],
-                "events_after": [event_doc(e) for e in after_it],
-            })  # fmt: skip
-        gap_max_ms = round((x.gap_max_us or 0) / 1000, 3)
-        stalls.append({"exchange": clip(summary(x)), "gap_max_ms": gap_max_ms,
-                       "pauses_found": count, "pauses": pauses})  # fmt: skip
-    return {"stalls": stalls, "next_cursor": str(rows[-1].id) if len(rows) == n else None}
+    # Each exchange is read only when its stall is shown: a page stops at its budget.
+    page = Page.fill(rows, lambda x: _stall(queries, x, min_gap_us), budget, "stall")
+    last = rows[page.rows - 1].id if page.rows else None
+    more = page.more(rows, n) and last is not None
+    return {"stalls": page.docs, "next_cursor": str(last) if more else None, **page.fields()}
+
+
+def _stall(queries: Queries, x: Exchange, min_gap_us: int) -> dict[str, Any]:
+    count, longest = _pauses(queries, x, min_gap_us)
+    pauses = []
+    for gap_us, prev, seq in longest:
+        # The content event that began the pause and the one before it; the first ones
+        # after it. Keep-alives inside the pause are counted, not shown.
+        before_it = queries.events_page(x.id, after_seq=prev - AROUND, stop_seq=prev + 1)
+        after_it = queries.events_page(x.id, after_seq=seq - 1, limit=AROUND)
+        pauses.append({
+            "gap_ms": round(gap_us / 1000, 3),
+            "between_seqs": [prev, seq],
+            "events_inside": seq - prev - 1,
+            "events_before": [event_doc(e) for e in before_it[-AROUND:]],
+            "events_after": [event_doc(e) for e in after_it],
+        })  # fmt: skip
+    gap_max_ms = round((x.gap_max_us or 0) / 1000, 3)
+    return {"exchange": clip(summary(x)), "gap_max_ms": gap_max_ms, "pauses_found": count,
+            "pauses": pauses}  # fmt: skip

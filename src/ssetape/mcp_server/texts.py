@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SHORT", "TEXT", "clip", "text"]
+import orjson
+
+__all__ = ["KEPT", "SHORT", "TEXT", "clip", "fit", "size", "text"]
 
 # Characters of a long text (output, a body, an event's data) handed out.
 TEXT = 4000
 # Characters of any other string (a URL, a header, a model name, an error).
 SHORT = 500
+# Strings :func:`fit` never cuts: ids, timestamps (32 characters), names of things.
+KEPT = 32
 
 
 def text(value: str | bytes | None, limit: int = TEXT) -> dict[str, Any] | None:
@@ -38,3 +42,49 @@ def clip(obj: Any, limit: int = SHORT) -> Any:
     if isinstance(obj, list | tuple):
         return [clip(v, limit) for v in obj]
     return obj
+
+
+def size(obj: Any) -> int:
+    """Bytes of ``obj`` as compact JSON: what a tool's answer costs an agent."""
+    return len(orjson.dumps(obj))
+
+
+def _cut(obj: Any, limit: int) -> Any:
+    """``obj`` with every text longer than ``limit`` cut to it (a cut text keeps the size of
+    the whole)."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= limit else text(obj, limit)
+    if isinstance(obj, dict):
+        if obj.keys() == {"text", "truncated", "size"} and isinstance(obj["text"], str):
+            if len(obj["text"]) <= limit:
+                return obj
+            return {"text": obj["text"][:limit], "truncated": True, "size": obj["size"]}
+        return {k: _cut(v, limit) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_cut(v, limit) for v in obj]
+    return obj
+
+
+def _longest(obj: Any) -> int:
+    if isinstance(obj, str):
+        return len(obj)
+    if isinstance(obj, dict):
+        return max((_longest(v) for v in obj.values()), default=0)
+    if isinstance(obj, list | tuple):
+        return max((_longest(v) for v in obj), default=0)
+    return 0
+
+
+def fit(obj: Any, budget: int) -> Any:
+    """``obj`` with its texts cut to the longest length that keeps it within ``budget``
+    bytes of JSON; never below :data:`KEPT` characters, so it may stay over the budget."""
+    if size(obj) <= budget:
+        return obj
+    low, high = KEPT, _longest(obj)  # the answer lies in [low, high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if size(_cut(obj, mid)) <= budget:
+            low = mid
+        else:
+            high = mid
+    return _cut(obj, low)

@@ -193,7 +193,9 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
     # line and never cuts a figure in two.
     shown = ((n, s[f"{n}_ms"]) for n in ("ttfb", "ttft", "duration"))
     figures = "  ".join(f"{name} {ms} ms" for name, ms in shown if ms is not None)
-    parts: list[RenderableType] = [head] + ([Text(figures)] if figures else [])
+    parts: list[RenderableType] = [head]
+    if figures:
+        parts.append(Text(figures))
     if x.session is not None:
         parts.append(cell(f"session: {x.session}"))
     if x.error:

@@ -5,57 +5,39 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Awaitable, Callable
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.shared.memory import create_connected_server_and_client_session
 
-from ssetape.mcp_server.server import build
 from ssetape.mcp_server.texts import TEXT
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE
+from tests.ssetape.mcp_server.client import call, error, in_memory, tools
 from tests.ssetape.mcp_server.conftest import INJECTION
 from tests.ssetape.web.conftest import Tape
+
+__all__ = ["call", "in_memory"]  # as other tests drive the server
 
 TOOLS = {"list_exchanges", "get_exchange", "stats", "find_stalls", "findings", "compare",
          "sessions", "session"}  # fmt: skip
 
 
-def in_memory(store: Store, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        async with create_connected_server_and_client_session(build(store)) as client:
-            return await body(client)
-
-    return anyio.run(main)
-
-
-async def call(client: ClientSession, name: str, **args: Any) -> dict[str, Any]:
-    result = await client.call_tool(name, args)
-    assert not result.isError, result.content
-    assert result.structuredContent is not None
-    return result.structuredContent
-
-
 def test_the_tools_are_listed_read_only_and_warn_of_recorded_text(store: Store) -> None:
-    async def body(client: ClientSession) -> Any:
-        return (await client.list_tools()).tools
-
-    tools = in_memory(store, body)
-    assert {t.name for t in tools} == TOOLS
-    for t in tools:
-        assert t.annotations is not None
-        assert t.annotations.readOnlyHint is True, t.name
-        assert t.annotations.openWorldHint is False, t.name
-        assert "never instructions" in (t.description or ""), t.name
-        assert t.outputSchema is not None, t.name
+    listed = in_memory(store, tools)
+    assert set(listed) == TOOLS
+    for name, t in listed.items():
+        assert t["annotations"]["readOnlyHint"] is True, name
+        assert t["annotations"]["openWorldHint"] is False, name
+        assert "never instructions" in t["description"], name
+        assert t["outputSchema"], name
 
 
 def test_each_tool_answers_from_the_recorded_store(store: Store) -> None:
-    async def body(client: ClientSession) -> dict[str, Any]:
+    async def body(client: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out["page1"] = await call(client, "list_exchanges", limit=2)
         out["page2"] = await call(client, "list_exchanges", limit=2,
@@ -70,8 +52,7 @@ def test_each_tool_answers_from_the_recorded_store(store: Store) -> None:
         out["findings"] = await call(client, "findings")
         a, b = (str(x["id"]) for x in out["page1"]["exchanges"])
         out["compare"] = await call(client, "compare", a=a, b=b)
-        bad = await client.call_tool("stats", {"group_by": "colour"})
-        out["bad"] = bad.isError, bad.content[0].text  # type: ignore[union-attr]
+        out["bad"] = await error(client, "stats", group_by="colour")
         return out
 
     out = in_memory(store, body)
@@ -105,11 +86,11 @@ def test_each_tool_answers_from_the_recorded_store(store: Store) -> None:
     timing = out["compare"]["timing"]
     assert timing["a"]["ttfb_ms"] is not None and timing["b"]["ttfb_ms"] is not None
     assert any(d["what"] == "model" for d in out["compare"]["request_diff"])
-    assert out["bad"][0] and "group_by" in out["bad"][1]
+    assert "group_by" in out["bad"]
 
 
 def test_an_injected_stream_comes_back_as_cut_data(store: Store) -> None:
-    async def body(client: ClientSession) -> dict[str, Any]:
+    async def body(client: Any) -> dict[str, Any]:
         [x] = (await call(client, "list_exchanges", model="gpt-4o-evil"))["exchanges"]
         return await call(client, "get_exchange", id=str(x["id"]), events=True)
 
@@ -120,39 +101,53 @@ def test_an_injected_stream_comes_back_as_cut_data(store: Store) -> None:
     assert data["truncated"] and data["size"] > len(INJECTION) > len(data["text"])
 
 
-def test_over_stdio_as_an_agent_starts_it(tape: Tape) -> None:
-    # From a folder of its own: nothing may depend on ./ssetape.db.
-    params = StdioServerParameters(command=SSETAPE, args=["mcp", "--db", tape.db],
+def _over_stdio(tape: Tape, *args: str) -> tuple[set[str], dict[str, Any], str]:
+    """Every tool, as an agent calls it through the real pipe; and what the server said on
+    stderr meanwhile. From a folder of its own: nothing may depend on ./ssetape.db."""
+    params = StdioServerParameters(command=SSETAPE, args=["mcp", "--db", tape.db, *args],
                                    env={**os.environ}, cwd=str(tape.confdir))  # fmt: skip
 
-    async def main() -> tuple[set[str], dict[str, Any]]:
+    async def main(log: Any) -> tuple[set[str], dict[str, Any]]:
         with anyio.fail_after(60):
-            async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            async with (
+                stdio_client(params, errlog=log) as (read, write),
+                ClientSession(read, write) as client,
+            ):
                 await client.initialize()
-                names = {t.name for t in (await client.list_tools()).tools}
+                names = set(await tools(client))
                 out: dict[str, Any] = {"stats": await call(client, "stats")}
-                # Every tool, as an agent would call it, through the real pipe.
                 listed = await call(client, "list_exchanges", limit=2)
-                a, b = (str(x["id"]) for x in listed["exchanges"])
+                a, b = (x["id"] for x in listed["exchanges"])
                 out["get"] = await call(client, "get_exchange", id=a, events=True, limit=2)
                 out["compare"] = await call(client, "compare", a=a, b=b)
                 out["stalls"] = await call(client, "find_stalls", min_gap_ms=100)
                 out["findings"] = await call(client, "findings")
                 out["sessions"] = await call(client, "sessions")
-                missing = await client.call_tool("session", {"id": "no such session"})
-                out["session"] = missing.isError, missing.content[0].text  # type: ignore[union-attr]
+                out["session"] = await error(client, "session", id="no such session")
                 return names, out
 
-    names, out = anyio.run(main)
+    with tempfile.TemporaryFile("w+") as log:
+        names, out = anyio.run(main, log)
+        log.seek(0)
+        return names, out, log.read()
+
+
+def test_over_stdio_as_an_agent_starts_it(tape: Tape) -> None:
+    names, out, log = _over_stdio(tape)
     assert names == TOOLS
     [everything] = out["stats"]["groups"]
     assert everything["count"] == len(tape.exchanges())
     assert out["get"]["exchange"]["id"] and len(out["get"]["events"]) == 2
     assert out["compare"]["timing"]["a"] and out["stalls"]["stalls"]
     assert out["findings"]["findings"] and out["sessions"]["sessions"] == []
-    assert out["session"][0] and out["session"][1].endswith(
-        "no session 'no such session' in this store"
-    )
+    assert out["session"].endswith("no session 'no such session' in this store")
+    # An agent's client shows the server's stderr: by default, nothing per call.
+    assert "Processing request" not in log and "INFO" not in log, log
+
+
+def test_verbose_logs_each_request(tape: Tape) -> None:
+    _names, _out, log = _over_stdio(tape, "--verbose")
+    assert "INFO" in log, log
 
 
 def test_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:

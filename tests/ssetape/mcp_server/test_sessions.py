@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mcp import ClientSession
 
+from ssetape.mcp_server.paging import MIN_PAGE_BYTES
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_base, pg_schema
-from tests.ssetape.mcp_server.test_server import call, in_memory
+from tests.ssetape.mcp_server.client import call, error, in_memory
 from tests.ssetape.web.conftest import XSS, Tape
 from tests.ssetape.web.test_session_page import HOSTILE, RUN, RUN_MODELS, record_sessions
 
@@ -55,7 +55,7 @@ def test_sessions_are_listed_newest_first_with_totals_that_add_up(
     tape, store = sessions_store
     everything = tape.exchanges()
 
-    async def body(client: ClientSession) -> dict[str, Any]:
+    async def body(client: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out["all"] = await call(client, "sessions")
         out["page1"] = await call(client, "sessions", limit=1)
@@ -64,8 +64,7 @@ def test_sessions_are_listed_newest_first_with_totals_that_add_up(
         first_hostile = min(x.started_at for x in everything if x.session == HOSTILE)
         out["before"] = await call(client, "sessions", until=first_hostile.isoformat())
         out["future"] = await call(client, "sessions", since="2999-01-01")
-        bad = await client.call_tool("sessions", {"cursor": "not a cursor"})
-        out["bad"] = bad.isError, bad.content[0].text  # type: ignore[union-attr]
+        out["bad"] = await error(client, "sessions", cursor="not a cursor")
         return out
 
     out = in_memory(store, body)
@@ -83,7 +82,7 @@ def test_sessions_are_listed_newest_first_with_totals_that_add_up(
     # until: the calls started before HOSTILE's first, i.e. RUN's only.
     assert [s["session"] for s in out["before"]["sessions"]] == [RUN]
     assert out["future"]["sessions"] == []
-    assert out["bad"][0] and "cursor" in out["bad"][1]
+    assert "cursor" in out["bad"]
 
 
 def _check_totals(doc: dict[str, Any], calls: list[Exchange]) -> None:
@@ -112,15 +111,22 @@ def test_a_session_gives_its_calls_in_start_order_on_its_time_axis(
     calls = sorted((x for x in tape.exchanges() if x.session == RUN),
                    key=lambda x: (x.started_at, x.id))  # fmt: skip
 
-    async def body(client: ClientSession) -> dict[str, Any]:
+    async def body(client: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out["whole"] = await call(client, "session", id=RUN)
         out["page1"] = await call(client, "session", id=RUN, limit=2)
         out["page2"] = await call(client, "session", id=RUN, limit=2,
                                   cursor=out["page1"]["next_cursor"])  # fmt: skip
         out["hostile"] = await call(client, "session", id=HOSTILE)
-        missing = await client.call_tool("session", {"id": "no such session"})
-        out["missing"] = missing.isError, missing.content[0].text  # type: ignore[union-attr]
+        out["missing"] = await error(client, "session", id="no such session")
+        # Bounded by bytes too; and each call's id, as given, names its exchange.
+        small = [await call(client, "session", id=RUN, max_bytes=MIN_PAGE_BYTES)]
+        while small[-1]["next_cursor"] is not None:
+            small.append(await call(client, "session", id=RUN, max_bytes=MIN_PAGE_BYTES,
+                                    cursor=small[-1]["next_cursor"]))  # fmt: skip
+        out["small"] = small
+        out["got"] = [(await call(client, "get_exchange", id=c["id"]))["exchange"]["id"]
+                      for c in out["whole"]["calls"]]  # fmt: skip
         return out
 
     out = in_memory(store, body)
@@ -146,7 +152,11 @@ def test_a_session_gives_its_calls_in_start_order_on_its_time_axis(
     # A recorded name comes back as data, as it was recorded.
     assert out["hostile"]["totals"]["session"] == HOSTILE and XSS in HOSTILE
     assert len(out["hostile"]["calls"]) == 2
-    assert out["missing"][0] and "no session" in out["missing"][1]
+    assert "no session" in out["missing"]
+    small = out["small"]
+    assert [c["id"] for p in small for c in p["calls"]] == [x.id for x in calls]
+    assert all(p["page_bytes"] <= MIN_PAGE_BYTES for p in small)
+    assert out["got"] == [x.id for x in calls]
 
 
 def test_stats_takes_until(sessions_store: tuple[Tape, Store]) -> None:
@@ -154,15 +164,14 @@ def test_stats_takes_until(sessions_store: tuple[Tape, Store]) -> None:
     everything = sorted(tape.exchanges(), key=lambda x: x.started_at)
     cut = everything[2].started_at
 
-    async def body(client: ClientSession) -> dict[str, Any]:
+    async def body(client: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out["until"] = await call(client, "stats", until=cut.isoformat())
         out["since"] = await call(client, "stats", since=cut.isoformat())
         out["window"] = await call(client, "stats", group_by="session",
                                    since=everything[0].started_at.isoformat(),
                                    until=cut.isoformat())  # fmt: skip
-        bad = await client.call_tool("stats", {"until": "tomorrowish"})
-        out["bad"] = bad.isError, bad.content[0].text  # type: ignore[union-attr]
+        out["bad"] = await error(client, "stats", until="tomorrowish")
         return out
 
     out = in_memory(store, body)
@@ -170,4 +179,4 @@ def test_stats_takes_until(sessions_store: tuple[Tape, Store]) -> None:
     [after] = out["since"]["groups"]
     assert before["count"] == 2 and before["count"] + after["count"] == len(everything)
     assert [g["group"] for g in out["window"]["groups"]] == [RUN]
-    assert out["bad"][0] and "until" in out["bad"][1] and "since" not in out["bad"][1]
+    assert "until" in out["bad"] and "since" not in out["bad"]

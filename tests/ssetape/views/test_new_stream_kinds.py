@@ -20,15 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import orjson
 import pytest
-from mcp import ClientSession
-from mcp.shared.memory import create_connected_server_and_client_session
 from starlette.testclient import TestClient
 
-from ssetape.mcp_server.server import build
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
@@ -36,6 +32,7 @@ from ssetape.web.app import create_app
 from tests.conftest import SSETAPE, start_ssetape
 from tests.corpus import PICK, RealStream, by_name, corpus_upstream
 from tests.ssetape.analysis.test_real_streams import EXPECTED
+from tests.ssetape.mcp_server.client import call, in_memory
 
 # api -> the capture recorded for it (one exchange each).
 STREAMS = {
@@ -291,7 +288,7 @@ def test_the_web_list_session_and_stats_pages_show_every_kind(
     )
     session = page_text(client, f"/session/{SESSION}")
     for api, x in recorded.exchanges.items():
-        assert f"<td>{api}</td>" in listed, api
+        assert f'title="{api}" class="cell api">' in listed, api
         assert html.escape(x.model or "") in listed and html.escape(x.model or "") in session
         assert f'href="/exchanges/{x.id}"' in session, api
     stats = page_text(client, "/stats", by="model")
@@ -346,22 +343,15 @@ def test_the_web_event_endpoint_claims_utf8_only_for_utf8(
 
 
 def mcp_calls(db: str, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Each tool call's structured answer, from the server in memory."""
+    """Each tool call's structured answer, from the server in memory (mcp 1 or 2)."""
     store = Store.open(db)
 
-    async def main() -> list[dict[str, Any]]:
-        out = []
-        async with create_connected_server_and_client_session(build(store)) as c:
-            session: ClientSession = c
-            for name, args in calls:
-                result = await session.call_tool(name, args)
-                assert not result.isError, (name, result.content)
-                assert result.structuredContent is not None
-                out.append(result.structuredContent)
-        return out
+    async def body(client: Any) -> list[dict[str, Any]]:
+        return [await call(client, name, **args) for name, args in calls]
 
     try:
-        return anyio.run(main)
+        result: list[dict[str, Any]] = in_memory(store, body)
+        return result
     finally:
         store.close()
 
