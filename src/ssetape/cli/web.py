@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ssetape.cli.options import open_reader, reader_options, shown, standby_note
@@ -17,11 +19,19 @@ from ssetape.cli.options import open_reader, reader_options, shown, standby_note
     help="Address to listen on; anything but loopback shows the store to the network.",
 )
 def web(db: str, read_db: str | None, port: int, host: str) -> None:
-    """Browse the store in a web page: exchanges, timelines, events, live (read-only)."""
-    # Imported here: the other commands do not pay for the web framework.
-    from ssetape.web.server import WebServer
+    """Browse the store in a web page: exchanges, timelines, events, live (read-only).
 
-    store = open_reader(db, read_db)
+    An SQLite store that does not exist yet is waited for: the list is empty until a
+    recorder creates it, then fills as it records."""
+    # Imported here: the other commands do not pay for the web framework.
+    from ssetape.storage.store import Store
+    from ssetape.web.server import WebServer
+    from ssetape.web.waiting_store import WaitingStore
+
+    missing = None if read_db else _missing_sqlite_file(db)
+    store: Store | WaitingStore = (
+        WaitingStore(missing) if missing is not None else open_reader(db, read_db)
+    )
     try:
         try:
             server = WebServer(store, host, port)
@@ -29,11 +39,29 @@ def web(db: str, read_db: str | None, port: int, host: str) -> None:
             raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
         def ready(url: str) -> None:
-            standby = standby_note(store)
             where = f"db {shown(read_db or db)} (read-only"
-            where += f"; {standby.describe()})" if standby is not None else ")"
+            if isinstance(store, WaitingStore):
+                where += "; nothing recorded yet: the list fills once a recorder creates it)"
+            elif (standby := standby_note(store)) is not None:
+                where += f"; {standby.describe()})"
+            else:
+                where += ")"
             click.echo(f"ssetape web: listening on {url}; {where}")
 
         server.run(ready)
     finally:
         store.close()
+
+
+def _missing_sqlite_file(db: str) -> Path | None:
+    """The SQLite file ``db`` names when it does not exist yet (a store not recorded yet)."""
+    from ssetape.storage.engine import resolve_target
+    from ssetape.storage.store import StoreError
+
+    try:
+        _, path = resolve_target(db)
+    except StoreError:
+        return None  # open_reader says what is wrong with it
+    if path is None or path.exists() or not path.absolute().parent.is_dir():
+        return None  # a folder that is not there either: the usual error, "check --db"
+    return path

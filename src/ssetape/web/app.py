@@ -36,6 +36,7 @@ from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
 from ssetape.web.playback import pieces
 from ssetape.web.session_page import SessionPage
 from ssetape.web.stats_page import StatsView
+from ssetape.web.waiting_store import WaitingStore
 
 __all__ = ["CSP", "create_app"]
 
@@ -82,9 +83,10 @@ class _SecurityHeaders:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
-def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
-    """The viewer; ``hosts``: the only Host names it answers (None: any, as for a viewer
-    that listens beyond loopback, where the user chose who may reach it)."""
+def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None) -> ASGIApp:
+    """The viewer of a store, or of one a recorder has not created yet (its list is empty
+    and fills live once it exists); ``hosts``: the only Host names it answers (None: any, as
+    for a viewer that listens beyond loopback, where the user chose who may reach it)."""
     assets = {
         name: (files("ssetape.web").joinpath("static", name).read_bytes(), kind)
         for name, kind in _ASSETS.items()
@@ -93,42 +95,62 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
     def not_found(what: str) -> HTMLResponse:
         return HTMLResponse(page("ssetape: not found", el("h1", what)), status_code=404)
 
-    def exchange_of(request: Request) -> Exchange | None:
+    def current() -> Queries | None:
+        return store if isinstance(store, Queries) else store.queries()
+
+    def reads(route: Callable[[Request, Queries], Response]) -> Callable[[Request], Response]:
+        """A page of the store: "nothing recorded yet" while there is none."""
+
+        def answer(request: Request) -> Response:
+            queries = current()
+            if queries is None:
+                assert isinstance(store, WaitingStore)
+                return not_found(f"nothing recorded yet in {store.path}")
+            return route(request, queries)
+
+        return answer
+
+    def exchange_of(request: Request, queries: Queries) -> Exchange | None:
         key: str = request.path_params["key"]
         return queries.exchange(key if (n := id_of(key)) is None else n)
 
     def index(request: Request) -> Response:
-        return HTMLResponse(ListView.parse(request.query_params).render(queries))
+        view = ListView.parse(request.query_params)
+        queries = current()
+        if queries is None:
+            assert isinstance(store, WaitingStore)
+            return HTMLResponse(view.render_waiting(store.path, store.problem))
+        return HTMLResponse(view.render(queries))
 
-    def exchange(request: Request) -> Response:
-        x = exchange_of(request)
+    def exchange(request: Request, queries: Queries) -> Response:
+        x = exchange_of(request, queries)
         if x is None:
             return not_found(f"no exchange {request.path_params['key']}")
         after = request.query_params.get("after", "")
         return HTMLResponse(ExchangePage(x, queries, after=-1 if (n := id_of(after)) is None else n)
                             .render())  # fmt: skip
 
-    def stats(request: Request) -> Response:
+    def stats(request: Request, queries: Queries) -> Response:
         return HTMLResponse(StatsView.parse(request.query_params).render(queries))
 
-    def compare(request: Request) -> Response:
+    def compare(request: Request, queries: Queries) -> Response:
         status, html = ComparePage(request.query_params, queries).render()
         return HTMLResponse(html, status_code=status)
 
-    def session(request: Request) -> Response:
+    def session(request: Request, queries: Queries) -> Response:
         # {name:path}: a session name may hold slashes (a pytest node id); the link quotes it.
         after = id_of(request.query_params.get("after", ""))
         status, html = SessionPage(request.path_params["name"], queries, after=after).render()
         return HTMLResponse(html, status_code=status)
 
-    def play(request: Request) -> Response:
-        x = exchange_of(request)
+    def play(request: Request, queries: Queries) -> Response:
+        x = exchange_of(request, queries)
         if x is None:
             return not_found("no such exchange")
         return Response(orjson.dumps(pieces(x, queries)), media_type="application/json")
 
-    def event(request: Request) -> Response:
-        x = exchange_of(request)
+    def event(request: Request, queries: Queries) -> Response:
+        x = exchange_of(request, queries)
         seq: int = request.path_params["seq"]
         found = queries.events_page(x.id, after_seq=seq - 1, limit=1) if x else []
         if not found or found[0].seq != seq:
@@ -143,8 +165,8 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
             media = "application/octet-stream"
         return Response(raw, media_type=media)
 
-    def timeline(request: Request) -> Response:
-        x = exchange_of(request)
+    def timeline(request: Request, queries: Queries) -> Response:
+        x = exchange_of(request, queries)
         if x is None:
             return not_found("no such exchange")
         # An SVG element for the page to insert; TimelineSvg escapes every string it draws.
@@ -153,8 +175,8 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
         width = _TIMELINE_PX * (zoom if zoom in ZOOMS else 1)
         return Response(_svg(x, queries, width_px=width), media_type="text/html; charset=utf-8")
 
-    def download(request: Request) -> Response:
-        x = exchange_of(request)
+    def download(request: Request, queries: Queries) -> Response:
+        x = exchange_of(request, queries)
         kind = _DOWNLOADS.get(request.path_params["kind"])
         if x is None or kind is None:
             return not_found("no such download")
@@ -196,29 +218,35 @@ def create_app(queries: Queries, hosts: Sequence[str] | None = None) -> ASGIApp:
             n for i in request.query_params.get("watch", "").split(",")[:WATCH_MAX]
             if (n := id_of(i)) is not None
         }  # fmt: skip
-        return _sse(exchanges_stream(queries, view, after, watch))
+        return _sse(exchanges_stream(current, view, after, watch))
 
     async def live_events(request: Request) -> Response:
-        x = await anyio.to_thread.run_sync(exchange_of, request)
-        if x is None:
+        queries = await anyio.to_thread.run_sync(current)
+        x = (
+            None
+            if queries is None
+            else await anyio.to_thread.run_sync(exchange_of, request, queries)
+        )
+        if queries is None or x is None:
             return not_found("no such exchange")
         args = request.query_params
         after = _int(request.headers.get("last-event-id") or args.get("after"), -1)
         offset = _int(args.get("offset"), -1)
-        return _sse(events_stream(queries, x.id, after, None if offset < 0 else offset))
+        start = _int(args.get("start"), -1)
+        return _sse(events_stream(queries, x.id, after, None if offset < 0 else offset, start))
 
     routes = [
         Route("/", index),
         Route("/live", live),
-        Route("/stats", stats),
-        Route("/compare", compare),
-        Route("/session/{name:path}", session),
+        Route("/stats", reads(stats)),
+        Route("/compare", reads(compare)),
+        Route("/session/{name:path}", reads(session)),
         Route("/exchanges/{key}/live", live_events),
-        Route("/exchanges/{key}", exchange),
-        Route("/exchanges/{key}/play", play),
-        Route("/exchanges/{key}/timeline", timeline),
-        Route("/exchanges/{key}/events/{seq:int}", event),
-        Route("/exchanges/{key}/download/{kind}", download),
+        Route("/exchanges/{key}", reads(exchange)),
+        Route("/exchanges/{key}/play", reads(play)),
+        Route("/exchanges/{key}/timeline", reads(timeline)),
+        Route("/exchanges/{key}/events/{seq:int}", reads(event)),
+        Route("/exchanges/{key}/download/{kind}", reads(download)),
         Route("/static/{name}", asset),
     ]
     app: ASGIApp = Starlette(routes=routes)

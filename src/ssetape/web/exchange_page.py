@@ -63,11 +63,11 @@ class ExchangePage:
                 self._compare_form(),
                 class_="toolbar",
             ),
-            self._facts(),
+            self.facts(),
             self._said(),
             self._timeline() if x.is_stream else "",
-            self._findings(findings, shown),
-            el("div", self._request(), self._response(), class_="pair"),
+            self.findings(findings, shown),
+            el("div", self._request(), self.response(), class_="pair"),
             self._events(events) if x.is_stream else "",
         ]
         return page(f"ssetape: #{x.id}", *body)
@@ -86,7 +86,8 @@ class ExchangePage:
             id="compare-with",
         )
 
-    def _facts(self) -> Markup:
+    def facts(self) -> Markup:
+        """The figures (also what a live page is sent as they change)."""
         x = self.x
         facts: list[tuple[str, object]] = [
             ("started (UTC)", x.started_at.isoformat(sep=" ", timespec="milliseconds")),
@@ -139,7 +140,7 @@ class ExchangePage:
             id="request",
         )
 
-    def _response(self) -> Markup:
+    def response(self) -> Markup:
         x = self.x
         status = "no response" if x.status is None else f"{x.status} {x.reason or ''}"
         return el(
@@ -178,7 +179,7 @@ class ExchangePage:
             parts += [el("h3", "Tool calls"), el("pre", cut(_pretty_json(calls)), class_="json")]
         return el("section", *parts, id="said")
 
-    def _findings(self, findings: list[Finding], shown: set[int]) -> Markup:
+    def findings(self, findings: list[Finding], shown: set[int]) -> Markup:
         items = []
         for f in findings:
             where: object = ""
@@ -230,7 +231,8 @@ class ExchangePage:
         prev = q.event_span(x.id, stop=self.after + 1).last_offset_us if self.after >= 0 else None
         rows = event_rows(x.id, events, prev)
         last = events[-1] if events else None
-        # The last page of a stream in flight grows as events are stored (see app._live_events).
+        # The last page of a stream in flight grows as events are stored, and the page's figures,
+        # output and timeline follow it to its end (see live.events_stream).
         live = x.state == ExchangeState.RECORDING and len(events) < EVENTS_PER_PAGE
         nav = []
         if self.after >= 0:
@@ -243,13 +245,13 @@ class ExchangePage:
         return el(
             "section",
             el("h2", "Events"),
-            el("p", shown),
+            el("p", shown, id="events-count"),
             el(
                 "table",
                 el("thead", el("tr", *(el("th", c) for c in _EVENT_COLUMNS))),
                 el("tbody", *rows),
                 class_="events",
-                data_live=f"/exchanges/{x.id}/live" if live else None,
+                data_live=f"/exchanges/{x.id}/live?start={self.after}" if live else None,
                 data_after=str(last.seq if last else self.after),
                 data_offset=str(last.offset_us if last else prev if prev is not None else ""),
             ),

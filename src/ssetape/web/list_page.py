@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from ssetape.cost.price import NO_PRICE, format_usd
+from ssetape.http_fields import DEFAULT_PORTS
 from ssetape.storage.filters import ExchangeFilter, parse_since
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
+from ssetape.vocabulary import ExchangeState, Outcome
 from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
 from ssetape.web.session_page import session_href
 
@@ -29,12 +32,16 @@ FILTER_PARAMS = {
     "session": "session",
 }
 PAGE_SIZE = 50
+# Host over method and path, model over API, outcome over status: two lines a row, so the list
+# fits a laptop's window (1280 px) with every column.
 _COLUMNS = (
-    "#", "time (UTC)", "method", "host", "path", "api", "model", "state / outcome", "status",
-    "TTFB", "TTFT", "duration", "tokens in/out", "cost", "findings", "session",
+    "#", "time (UTC)", "request", "model / API", "outcome / status", "TTFB", "TTFT",
+    "duration", "tokens in / out", "cost", "findings", "session",
 )  # fmt: skip
-# What a cell shows of a path, a model or a host: the whole is in its title.
+# What a cell holds of a path, a model, a host or a session: the whole is in its title, and
+# the stylesheet shows as much of it as its column's width (the list fits a laptop's window).
 _CELL_MAX = 80
+OUTCOMES = tuple(Outcome)
 
 
 @dataclass(frozen=True)
@@ -51,37 +58,32 @@ class ListView:
         """The filters of a URL's query; a bad one is named on the page, the rest apply."""
         params = {k: args[k].strip() for k in FILTER_PARAMS if args.get(k, "").strip()}
         values: dict[str, object] = {FILTER_PARAMS[k]: v for k, v in params.items()}
-        error = None
+        errors = []
         if "since" in params:
             try:
                 values["since"] = parse_since(params["since"])
             except ValueError as e:
-                error = str(e).replace("--since", "since")
+                errors.append(str(e).replace("--since", "since"))
                 del values["since"]
+        if params.get("outcome", OUTCOMES[0]) not in OUTCOMES:
+            # Not a silent empty list: an outcome no exchange can have is named, with the others.
+            errors.append(f"outcome {params['outcome']!r}: not one of {', '.join(OUTCOMES)}")
+            del values["outcome"]
         before_text = args.get("before", "")
         before = id_of(before_text)
+        error = "; ".join(errors) or None
         return cls(params, ExchangeFilter(**values), before, error)  # type: ignore[arg-type]
 
     def render(self, queries: Queries) -> str:
         rows = queries.exchanges(self.filters, limit=PAGE_SIZE, before=self.before)
         counts = queries.finding_counts([x.id for x in rows])
         standby = queries.standby()
-        body = [
-            el("h1", "Exchanges"),
+        body = self._table(
+            [row_html(x, counts.get(x.id, 0)) for x in rows],
+            max((x.id for x in rows), default=queries.last_id()),
             # Read through a hot standby (--read-db): how current this page is.
             el("p", standby.describe(), class_="standby") if standby is not None else "",
-            self._form(),
-            el("p", self.error, class_="error") if self.error else "",
-            el(
-                "table",
-                el("thead", el("tr", *(el("th", c) for c in _COLUMNS))),
-                el("tbody", *(row_html(x, counts.get(x.id, 0)) for x in rows), id="rows"),
-                class_="exchanges",
-                # The live stream follows the first page only, with the same filters.
-                data_live=f"/live{query(self.params)}" if self.before is None else None,
-                data_after=str(max((x.id for x in rows), default=queries.last_id())),
-            ),
-        ]
+        )
         if not rows:
             body.append(el("p", "no exchanges match", class_="empty", id="empty"))
         if len(rows) == PAGE_SIZE:
@@ -89,12 +91,46 @@ class ListView:
             body.append(el("p", link(f"/{older}", "older →", rel="next", id="older")))
         return page("ssetape: exchanges", *body)
 
+    def render_waiting(self, path: Path, problem: str | None = None) -> str:
+        """The list of a store no recorder has created yet: empty, and live (its first rows
+        come as the store is recorded into); ``problem``: why the file, if there, is not read
+        yet."""
+        empty = el(
+            "p",
+            "nothing recorded yet: waiting for ",
+            el("code", str(path.absolute())),
+            " to be created by a recorder (",
+            el("code", "ssetape record --db"),
+            "); this list fills as it records",
+            class_="empty",
+            id="empty",
+        )
+        note = el("p", "not readable yet: ", problem, class_="dim") if problem else ""
+        return page("ssetape: exchanges", *self._table([], 0), empty, note)
+
+    def _table(self, rows: list[Markup], after: int, *above: Markup | str) -> list[object]:
+        return [
+            el("h1", "Exchanges"),
+            *above,
+            self._form(),
+            el("p", self.error, class_="error", id="filter-error") if self.error else "",
+            el(
+                "table",
+                el("thead", el("tr", *(el("th", c) for c in _COLUMNS))),
+                el("tbody", *rows, id="rows"),
+                class_="exchanges",
+                # The live stream follows the first page only, with the same filters.
+                data_live=f"/live{query(self.params)}" if self.before is None else None,
+                data_after=str(after),
+            ),
+        ]
+
     def _form(self) -> Markup:
         fields = [
-            el(
-                "label",
-                name,
-                el("input", name=name, value=self.params.get(name, ""), size="14"),
+            el("label", name, self._outcomes())
+            if name == "outcome"
+            else el(
+                "label", name, el("input", name=name, value=self.params.get(name, ""), size="12")
             )
             for name in FILTER_PARAMS
         ]
@@ -108,11 +144,25 @@ class ListView:
             class_="filters",
         )
 
+    def _outcomes(self) -> Markup:
+        """The outcome filter: one of the outcomes (a URL's unknown one is kept, and named as
+        the page's error)."""
+        chosen = self.params.get("outcome", "")
+        known = ["", *OUTCOMES]
+        return el(
+            "select",
+            *(
+                el("option", o or "any", value=o, selected=o == chosen)
+                for o in (known if chosen in known else [*known, chosen])
+            ),
+            name="outcome",
+        )
 
-def _cut(text: str | None) -> Markup:
+
+def _cut(text: str | None, column: str) -> Markup:
     text = text or ""
     shown = text if len(text) <= _CELL_MAX else text[:_CELL_MAX] + "…"
-    return el("span", shown, title=text if shown != text else None)
+    return el("span", shown, title=text or None, class_=f"cell {column}")
 
 
 def _cost(x: Exchange) -> Markup | str:
@@ -124,10 +174,34 @@ def _cost(x: Exchange) -> Markup | str:
     return el("span", format_usd(x.cost_nusd), title=x.price_note)
 
 
+def _host(x: Exchange) -> str:
+    """The host as a URL names it: with its port unless that is the scheme's own."""
+    return x.host if DEFAULT_PORTS.get(x.scheme) == x.port else f"{x.host}:{x.port}"
+
+
+def _mark(x: Exchange) -> str:
+    """How the row's state reads at a glance: ok (completed), live (in flight), or bad
+    (any other outcome: cut, refused, incomplete, an HTTP error... or an ending without one)."""
+    if x.state == ExchangeState.RECORDING:
+        return "live"
+    if x.outcome == Outcome.COMPLETED or (not x.outcome and x.state == ExchangeState.COMPLETED):
+        return "ok"
+    return "bad"
+
+
+def _status(x: Exchange) -> str:
+    """The HTTP status, and how the transport ended when that tells more than the outcome
+    (``200 truncated``: the upstream cut it)."""
+    shown = "no response" if x.status is None else str(x.status)
+    if x.outcome and x.state not in (x.outcome, ExchangeState.COMPLETED):
+        shown += f" {x.state}"
+    return shown
+
+
 def row_html(x: Exchange, findings: int) -> Markup:
     """One exchange as a row of the list (also what the live stream sends)."""
     href = f"/exchanges/{x.id}"
-    state = x.state if not x.outcome or x.outcome == x.state else f"{x.state} / {x.outcome}"
+    mark = _mark(x)
     tokens = (
         ""
         if x.input_tokens is None and x.output_tokens is None
@@ -136,25 +210,35 @@ def row_html(x: Exchange, findings: int) -> Markup:
     )
     cells = [
         link(href, x.id),
-        link(href, x.started_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]),
-        x.method,
-        _cut(x.host),
-        _cut(x.path),
-        x.api or "",
-        _cut(x.model),
-        el("span", state, class_=f"state {x.outcome or x.state}"),
-        "" if x.status is None else x.status,
+        # The year is in the title: the column stays narrow.
+        link(
+            href,
+            x.started_at.strftime("%m-%d %H:%M:%S.%f")[:-3],
+            title=x.started_at.isoformat(sep=" ", timespec="milliseconds"),
+        ),
+        _cut(_host(x), "host") + _cut(f"{x.method} {x.path}", "path"),
+        _cut(x.model, "model") + _cut(x.api, "api"),
+        el(
+            "span",
+            x.outcome or x.state,
+            class_=f"state {mark} {x.outcome or x.state}",
+            title=f"state {x.state}, outcome {x.outcome or '-'}"
+            + (": not completed" if mark == "bad" else ""),
+        )
+        + el("span", _status(x), class_="cell status"),
         ms(x.ttfb_us),
         ms(x.ttft_us),
         ms(x.duration_us),
         tokens,
         _cost(x),
         link(f"{href}#findings", findings) if findings else "",
-        "" if x.session is None else link(session_href(x.session), _cut(x.session)),
+        "" if x.session is None else link(session_href(x.session), _cut(x.session, "session")),
     ]
     return el(
         "tr",
         join(el("td", c) for c in cells),
         data_id=str(x.id),
         data_state=x.state,
+        data_outcome=x.outcome,
+        data_mark=mark,
     )

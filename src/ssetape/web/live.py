@@ -8,7 +8,7 @@ block), and sends it rendered, escaped here like the rest of the page.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -17,8 +17,10 @@ import orjson
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.vocabulary import ExchangeState
-from ssetape.web.exchange_page import EVENTS_PER_PAGE, event_rows
+from ssetape.web.exchange_page import EVENTS_PER_PAGE, ExchangePage, event_rows
+from ssetape.web.html import TEXT_SHOWN, cut
 from ssetape.web.list_page import ListView, row_html
+from ssetape.web.playback import Playback
 
 __all__ = ["POLL_S", "WATCH_MAX", "events_stream", "exchanges_stream"]
 
@@ -35,14 +37,15 @@ def _message(kind: bytes, last_id: int, obj: object) -> bytes:
 
 
 async def exchanges_stream(
-    queries: Queries, view: ListView, after: int, watch: set[int]
+    current: Callable[[], Queries | None], view: ListView, after: int, watch: set[int]
 ) -> AsyncIterator[bytes]:
     """New exchanges matching the list's filters (and the rows of those in flight, as they
-    change), each ``{"id", "html"}``: the row the list shows."""
+    change), each ``{"id", "html"}``: the row the list shows. ``current``: the store's reads,
+    None while there is no store yet (a recorder has not created it)."""
     yield b"retry: 2000\n\n"
     seen: dict[int, tuple[Any, ...]] = {}
     while True:
-        rows = await anyio.to_thread.run_sync(_poll, queries, view, after, watch, seen)
+        rows = await anyio.to_thread.run_sync(_poll, current, view, after, watch, seen)
         for x_id, html in rows:
             after = max(after, x_id)
             yield _message(b"exchange", after, {"id": x_id, "html": html})
@@ -52,9 +55,13 @@ async def exchanges_stream(
 
 
 def _poll(
-    queries: Queries, view: ListView, after: int, watch: set[int], seen: dict[int, tuple[Any, ...]]
-) -> list[tuple[int, str]]:
+    current: Callable[[], Queries | None], view: ListView, after: int, watch: set[int],
+    seen: dict[int, tuple[Any, ...]],
+) -> list[tuple[int, str]]:  # fmt: skip
     """The rows to send: those in flight whose row changed, then new exchanges."""
+    queries = current()
+    if queries is None:
+        return []
     new = queries.exchanges_after(after, view.filters, limit=_NEW_MAX)
     old = [x for x in queries.exchanges_by_id(sorted(watch)) if x.id <= after]
     changed: list[Exchange] = []
@@ -75,11 +82,27 @@ def _poll(
 
 
 async def events_stream(
-    queries: Queries, exchange_id: int, after: int, offset: int | None
+    queries: Queries, exchange_id: int, after: int, offset: int | None, start: int = -1
 ) -> AsyncIterator[bytes]:
-    """The events of a stream in flight stored after seq ``after``, each ``{"seq", "html"}``
-    (its row of the events table), then ``done`` once the exchange is over and all are sent."""
+    """What the page of a stream in flight needs to follow it to its end.
+
+    ``output`` first: the text so far, ``{"text"}``. Then the events stored after seq
+    ``after``, each ``{"seq", "html", "text"}``: its row of the events table and what it added
+    to the output; ``exchange`` whenever the exchange's figures change, ``{"state", "facts",
+    "findings", "response", "count", "output"}`` (rendered parts of the page; ``output``, the
+    analyzed text, once it is over); then ``done`` once it is over and all is sent. ``start``:
+    the seq before the page's first event (a finding's link on the page or to another page).
+    """
     yield b"retry: 2000\n\n"
+    x = await anyio.to_thread.run_sync(queries.exchange, exchange_id)
+    if x is None:
+        yield _message(b"done", after, {"state": None})
+        return
+    text = _LiveText(x)
+    if x.state == ExchangeState.RECORDING:
+        seed = await anyio.to_thread.run_sync(text.seed, queries, exchange_id, after)
+        yield _message(b"output", after, {"text": seed})
+    look: tuple[Any, ...] | None = None
     while True:
         # The state first: events stored before it changed are all read below.
         x = await anyio.to_thread.run_sync(queries.exchange, exchange_id)
@@ -87,10 +110,69 @@ async def events_stream(
         events = await anyio.to_thread.run_sync(page, exchange_id)
         for e, html in zip(events, event_rows(exchange_id, events, offset), strict=True):
             after, offset = e.seq, e.offset_us
-            yield _message(b"event", after, {"seq": e.seq, "html": html})
-        if x is None or (x.state != ExchangeState.RECORDING and len(events) < EVENTS_PER_PAGE):
+            piece = text.piece(e.seq, e.event, e.data)
+            yield _message(b"event", after, {"seq": e.seq, "html": html, "text": piece})
+        over = x is None or (x.state != ExchangeState.RECORDING and len(events) < EVENTS_PER_PAGE)
+        if x is not None and (over or _look(x) != look):
+            # The response part once the status changes (re-rendered, an opened body closes).
+            response = over or look is None or look[3] != x.status
+            look = _look(x)
+            parts = await anyio.to_thread.run_sync(_parts, queries, x, start, over, response)
+            yield _message(b"exchange", after, parts)
+        if over:
             yield _message(b"done", after, {"state": None if x is None else x.state})
             return
         if not events:
             yield _IDLE
         await anyio.sleep(POLL_S)
+
+
+def _look(x: Exchange) -> tuple[Any, ...]:
+    """What changes on an exchange page as the stream goes on."""
+    return (
+        x.state, x.event_count, x.outcome, x.status, x.duration_us, x.ttfb_us, x.ttft_us,
+        x.output_tokens,
+    )  # fmt: skip
+
+
+def _parts(
+    queries: Queries, x: Exchange, start: int, over: bool, response: bool
+) -> dict[str, object]:
+    """The parts of the exchange's page that change, rendered (escaped) as on the page."""
+    view = ExchangePage(x, queries, after=start)
+    findings = queries.findings(x.id)
+    # The live page shows every event after its start (its table grows with the stream).
+    shown = {f.event_seq for f in findings if f.event_seq is not None and f.event_seq > start}
+    return {
+        "state": x.state,
+        "facts": view.facts(),
+        "findings": view.findings(findings, shown),
+        "response": view.response() if response else None,
+        "count": x.event_count,
+        # The analyzed text replaces the one grown from the events (which it may tidy).
+        "output": cut(x.output_text or "") if over else None,
+    }
+
+
+class _LiveText:
+    """The output text grown from the events, as a page shows it: cut at TEXT_SHOWN."""
+
+    def __init__(self, x: Exchange) -> None:
+        self.reader = Playback(x)
+        self.left = TEXT_SHOWN
+
+    def seed(self, queries: Queries, exchange_id: int, upto: int) -> str:
+        """The text of the events up to seq ``upto`` (those the page already shows)."""
+        out = []
+        for t in queries.timings(exchange_id):
+            if t.seq > upto or self.left <= 0:
+                break
+            out.append(self.piece(t.seq, t.event, t.data))
+        return "".join(out)
+
+    def piece(self, seq: int, event: str | None, data: str | None) -> str:
+        if self.left <= 0:
+            return ""
+        piece = self.reader.piece(seq, event, data)[: self.left]
+        self.left -= len(piece)
+        return piece

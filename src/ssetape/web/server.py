@@ -22,6 +22,7 @@ import uvicorn
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store, StoreError
 from ssetape.web.app import LOOPBACK_NAMES, create_app
+from ssetape.web.waiting_store import WaitingStore
 
 __all__ = ["Beside", "WebServer", "bind"]
 
@@ -56,17 +57,17 @@ class _Uvicorn(uvicorn.Server):
 
 
 class WebServer:
-    """The viewer of one store on one address."""
+    """The viewer of one store (or of one a recorder is to create) on one address."""
 
     def __init__(
-        self, store: Store, host: str, port: int, sock: socket.socket | None = None
+        self, store: Store | WaitingStore, host: str, port: int, sock: socket.socket | None = None
     ) -> None:
         self.store = store
         self.sock = sock if sock is not None else bind(host, port)
         bound = self.sock.getsockname()
         self.host, self.port = host, int(bound[1])
         config = uvicorn.Config(
-            create_app(Queries(store), hosts=_hosts(host)),
+            create_app(Queries(store) if isinstance(store, Store) else store, hosts=_hosts(host)),
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=_STOP_GRACE_S,

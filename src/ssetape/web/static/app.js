@@ -27,26 +27,75 @@ function followLive(table) {
   });
 }
 
+function fromHtml(html) {
+  // A part of the page the server rendered (every recorded string escaped there).
+  const template = document.createElement("template");
+  template.innerHTML = html;
+  return template.content.firstElementChild;
+}
+
+function replacePart(id, html) {
+  const old = document.getElementById(id);
+  if (old && html) old.replaceWith(fromHtml(html));
+}
+
 function followEvents(table) {
-  // The last page of a stream in flight: its new events are appended as they are stored.
+  // The last page of a stream in flight follows it to its end: new events are appended as
+  // they are stored, the output grows with them, the figures and findings are replaced as
+  // they change and the timeline is drawn again; once it is over, the analyzed output and the
+  // final figures replace what was grown here. No reload.
   const tbody = table.querySelector("tbody");
-  const url = `${table.dataset.live}?after=${table.dataset.after}&offset=${table.dataset.offset}`;
+  const out = document.getElementById("output");
+  const timeline = document.querySelector("#timeline[data-src]");
+  const redraw = timeline ? redrawer(timeline) : () => Promise.resolve();
+  const url = `${table.dataset.live}&after=${table.dataset.after}&offset=${table.dataset.offset}`;
   const source = new EventSource(url);
+  source.addEventListener("output", (message) => {
+    if (out) out.textContent = JSON.parse(message.data).text;
+  });
   source.addEventListener("event", (message) => {
     const row = JSON.parse(message.data);
     if (document.getElementById(`event-${Number(row.seq)}`)) return;
-    const template = document.createElement("template");
-    template.innerHTML = row.html;
-    tbody.append(template.content.firstElementChild);
+    tbody.append(fromHtml(row.html));
+    if (out && row.text) out.appendChild(document.createTextNode(row.text));
+  });
+  source.addEventListener("exchange", (message) => {
+    const x = JSON.parse(message.data);
+    replacePart("facts", x.facts);
+    replacePart("findings", x.findings);
+    replacePart("response", x.response);
+    if (out && typeof x.output === "string") out.textContent = x.output;
+    const rows = tbody.rows.length;
+    const first = rows ? tbody.rows[0].id.replace("event-", "") : "";
+    const count = document.getElementById("events-count");
+    if (count) {
+      count.textContent = `${rows.toLocaleString("en")} of ${Number(x.count).toLocaleString("en")}`
+        + ` events${first ? ` from seq ${first}` : ""}`;
+    }
+    table.dataset.state = x.state;
+    if (x.state === "recording") redraw(false);
   });
   source.addEventListener("done", () => {
     source.close();
-    table.dataset.state = "done";
-    const note = document.createElement("p");
-    note.className = "dim";
-    note.textContent = "The stream is over: reload for its final figures and output.";
-    table.after(note);
+    // The timeline of the whole stream, then the page says it is over.
+    redraw(true).then(() => {
+      table.dataset.state = "done";
+    });
   });
+}
+
+function redrawer(box) {
+  // One drawing at a time, at most every few seconds while the stream goes on (each reads
+  // every event); the last one, once it is over, waits for any drawing under way.
+  let running = Promise.resolve();
+  let last = 0;
+  return (final) => {
+    const now = performance.now();
+    if (!final && (box.dataset.state === "loading" || now - last < 3000)) return running;
+    last = now;
+    running = running.then(() => loadTimeline(box, Number(box.dataset.zoom) || 1));
+    return running;
+  };
 }
 
 function play(button) {
@@ -105,7 +154,7 @@ function loadTimeline(box, zoom = 1) {
   // server draws it wider; the box scrolls sideways and keeps the same moment in its middle.
   const middle = box.scrollWidth ? (box.scrollLeft + box.clientWidth / 2) / box.scrollWidth : 0;
   box.dataset.state = "loading";
-  fetch(`${box.dataset.src}?zoom=${Number(zoom)}`)
+  return fetch(`${box.dataset.src}?zoom=${Number(zoom)}`)
     .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.statusText))))
     .then((svg) => {
       box.innerHTML = svg;
