@@ -55,7 +55,7 @@ class SessionTotals:
 
     name: str
     calls: int
-    errors: int
+    failed: int  # vocabulary.is_failed
     input_tokens: int  # sums of what the streams reported; usage_reported says how many did
     output_tokens: int
     usage_reported: int
@@ -85,7 +85,7 @@ class SessionCall(NamedTuple):
     status: int | None
     state: str
     outcome: str | None
-    error: bool
+    failed: bool  # vocabulary.is_failed
     ttfb_us: int | None
     ttft_us: int | None
     duration_us: int | None
@@ -94,7 +94,7 @@ class SessionCall(NamedTuple):
     cost_nusd: int | None  # None: no price (price_note says why) or not priced yet
 
 
-def _is_error() -> ColumnElement[int]:
+def _is_failed() -> ColumnElement[int]:
     """1 for a call that failed, else 0 (an expression: summed by the database), as
     storage.filters.failed_clause judges it, so a session's failures match `stats`."""
     return case((failed_clause(), 1), else_=0)
@@ -103,7 +103,7 @@ def _is_error() -> ColumnElement[int]:
 _CALL_COLUMNS = (
     Exchange.id, Exchange.started_at, Exchange.method, Exchange.host, Exchange.path,
     Exchange.api, Exchange.model, Exchange.status, Exchange.state, Exchange.outcome,
-    _is_error(), Exchange.ttfb_us, Exchange.ttft_us, Exchange.duration_us,
+    _is_failed(), Exchange.ttfb_us, Exchange.ttft_us, Exchange.duration_us,
     Exchange.input_tokens, Exchange.output_tokens, Exchange.cost_nusd,
 )  # fmt: skip
 
@@ -134,7 +134,7 @@ class SessionQueries:
         )
         return (
             func.count(),
-            func.sum(_is_error()),
+            func.sum(_is_failed()),
             func.coalesce(func.sum(Exchange.input_tokens), 0),
             func.coalesce(func.sum(Exchange.output_tokens), 0),
             func.sum(reported),
@@ -148,9 +148,9 @@ class SessionQueries:
 
     @staticmethod
     def _totals(name: str, row: Any) -> SessionTotals:
-        calls, errors, tin, tout, reported, ttft, first, last, wall, cost, priced = row
+        calls, failed, tin, tout, reported, ttft, first, last, wall, cost, priced = row
         return SessionTotals(
-            name, int(calls), int(errors or 0), int(tin), int(tout), int(reported or 0),
+            name, int(calls), int(failed or 0), int(tin), int(tout), int(reported or 0),
             int(ttft), first, last, max(0, int(wall or 0)),
             None if not priced else int(cost), int(priced),
         )  # fmt: skip

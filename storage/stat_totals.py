@@ -25,7 +25,7 @@ class StatTotals(NamedTuple):
 
     group: Any
     exchanges: int
-    errors: int
+    failed: int  # vocabulary.is_failed: what `--outcome failed` lists
     ttfb_p50: float | None
     ttfb_p95: float | None
     ttft_p50: float | None

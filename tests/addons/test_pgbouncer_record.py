@@ -59,7 +59,7 @@ def test_record_then_list_stats_export_prune_and_web_through_pgbouncer(
             return r.stdout
 
         [group] = orjson.loads(cli("stats", "--json"))
-        assert (group["count"], group["errors"]) == (STREAMS, 0)
+        assert (group["count"], group["failed"]) == (STREAMS, 0)
         tape = tmp_path / "tape.jsonl"
         cli("export", "-o", str(tape))
         assert tape.stat().st_size > 0

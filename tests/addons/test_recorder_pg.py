@@ -75,7 +75,7 @@ def test_record_list_show_replay_on_postgresql(
             return r.stdout
 
         [group] = orjson.loads(cli("stats", "--db", url, "--json"))
-        assert (group["count"], group["errors"]) == (1, 0)
+        assert (group["count"], group["failed"]) == (1, 0)
         assert detail["outcome"] == "completed" and detail["api"] == "chat_completions"
         tape = tmp_path / "pg.jsonl"
         cli("export", "--db", url, "-o", str(tape))

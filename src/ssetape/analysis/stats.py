@@ -14,7 +14,7 @@ from ssetape.storage.stat_totals import StatTotals
 from ssetape.storage.store import Store
 from ssetape.vocabulary import is_failed
 
-__all__ = ["GROUP_BY", "Stats", "is_error", "percentile"]
+__all__ = ["GROUP_BY", "Stats", "percentile"]
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -31,11 +31,6 @@ def _ms(us: float | None) -> float | None:
     return None if us is None else round(us / 1000, 3)
 
 
-def is_error(outcome: str | None, status: int | None, state: str) -> bool:
-    """Whether an exchange counts as failed: ``vocabulary.is_failed``, the one definition."""
-    return is_failed(outcome, status, state)
-
-
 def _name(by: str | None, group: Any) -> str:
     return "all" if by is None else ("-" if group is None else str(group))
 
@@ -44,7 +39,7 @@ class _Group:
     def __init__(self, name: str) -> None:
         self.name = name
         self.count = 0
-        self.errors = 0
+        self.failed = 0
         self.ttfb: list[float] = []
         self.ttft: list[float] = []
         self.tps: list[float] = []
@@ -56,7 +51,7 @@ class _Group:
 
     def totals(self) -> StatTotals:
         return StatTotals(
-            self.name, self.count, self.errors,
+            self.name, self.count, self.failed,
             percentile(self.ttfb, 50), percentile(self.ttfb, 95),
             percentile(self.ttft, 50), percentile(self.ttft, 95),
             percentile(self.tps, 50), sum(self.ttft) if self.ttft else None,
@@ -70,8 +65,9 @@ def _doc(name: str, t: StatTotals) -> dict[str, Any]:
     return {
         "group": name,
         "count": t.exchanges,
-        "errors": t.errors,
-        "error_rate": round(t.errors / t.exchanges, 4) if t.exchanges else 0.0,
+        # Exchanges whose outcome is failed (vocabulary.is_failed): `list --outcome failed`.
+        "failed": t.failed,
+        "failed_rate": round(t.failed / t.exchanges, 4) if t.exchanges else 0.0,
         "ttfb_ms": {"p50": _ms(t.ttfb_p50), "p95": _ms(t.ttfb_p95)},
         "ttft_ms": {"p50": _ms(t.ttft_p50), "p95": _ms(t.ttft_p95)},
         # Sums of what the streams reported; usage_reported says how many did.
@@ -89,7 +85,7 @@ def _doc(name: str, t: StatTotals) -> dict[str, Any]:
 
 
 class Stats:
-    """Counts, error rates, latency percentiles and tokens of a store's exchanges, grouped."""
+    """Counts, failure rates, latency percentiles and tokens of a store's exchanges, grouped."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -126,7 +122,7 @@ class Stats:
                 name = _name(by, group)
                 g = of[group] = groups.get(name) or groups.setdefault(name, _Group(name))
             g.count += 1
-            g.errors += is_error(outcome, status, state)
+            g.failed += is_failed(outcome, status, state)
             if ttfb is not None:
                 g.ttfb.append(ttfb)
             if ttft is not None:

@@ -149,7 +149,7 @@ def build(store: Store, log_level: LogLevel = "WARNING") -> Server:
 
     @tool("Sessions (the calls sharing an x-ssetape-session name: a test, a run, a user flow), "
           "newest last call first, each with totals over its calls started in [since, until): "
-          "calls, errors, tokens, wall time (first start to last end), ttft_total_ms (time "
+          "calls, failed ones, tokens, wall time (first start to last end), ttft_total_ms (time "
           "spent waiting on first tokens, summed: calls may overlap), first/last start.",
           name="sessions")  # fmt: skip
     async def sessions_tool(

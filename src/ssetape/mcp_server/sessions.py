@@ -58,7 +58,7 @@ def window(since: str | None, until: str | None) -> WindowFilter:
 
 def _totals(t: SessionTotals) -> dict[str, Any]:
     doc: dict[str, Any] = clip({
-        "session": t.name, "calls": t.calls, "errors": t.errors,
+        "session": t.name, "calls": t.calls, "failed": t.failed,
         "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
         "usage_reported": t.usage_reported, "wall_ms": _ms(t.wall_us),
         "ttft_total_ms": _ms(t.ttft_total_us), "first_start": t.first_start.isoformat(),
@@ -107,7 +107,7 @@ def _call(c: SessionCall, first: dt.datetime) -> dict[str, Any]:
         "id": c.id, "started_at": c.started_at.isoformat(),
         "offset_ms": _ms((c.started_at - first) // _ONE_US),
         "ttfb_ms": _ms(c.ttfb_us), "ttft_ms": _ms(c.ttft_us), "duration_ms": _ms(c.duration_us),
-        "status": c.status, "state": c.state, "outcome": c.outcome, "error": c.error,
+        "status": c.status, "state": c.state, "outcome": c.outcome, "failed": c.failed,
         "api": c.api, "model": c.model, "input_tokens": c.input_tokens,
         "output_tokens": c.output_tokens, "cost_usd": usd(c.cost_nusd),
     })  # fmt: skip

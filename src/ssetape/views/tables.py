@@ -342,7 +342,7 @@ def _seconds(ms: float | None) -> str:
 # TTFB and tokens per second there, so that a row still fits 80 columns.
 _STATS: list[tuple[str, Callable[[dict[str, Any]], str | Text]]] = [
     ("n", lambda r: str(r["count"])),
-    ("errors", lambda r: f"{r['errors']} {100 * r['error_rate']:.0f}%"),
+    ("failed", lambda r: f"{r['failed']} {100 * r['failed_rate']:.0f}%"),
     ("ttfb p50/95", lambda r: _pair(r["ttfb_ms"])),
     ("ttft p50/95", lambda r: _pair(r["ttft_ms"])),
     ("tok in", lambda r: f"{r['input_tokens']:,}"),

@@ -149,7 +149,7 @@ def time_chart(buckets: Sequence[Bucket], step: dt.timedelta) -> Markup:
         x0 = round(left + i * bar + bar * 0.1, 1)
         w = max(1.0, round(bar * 0.8, 1))
         when = b.start.strftime("%Y-%m-%d %H:%M:%S")
-        tip = f"{when} UTC (+{_span(step)}): {b.requests:,} exchanges, {b.errors:,} errors"
+        tip = f"{when} UTC (+{_span(step)}): {b.requests:,} exchanges, {b.errors:,} failed"
         bars.append(
             el(
                 "g",
@@ -184,12 +184,12 @@ def time_chart(buckets: Sequence[Bucket], step: dt.timedelta) -> Markup:
         labels.append(el("text", label, x=at, y=bottom + 18, text_anchor="middle", fill="#374151"))
     legend = el(
         "text",
-        f"exchanges (grey) and errors (red) per {_span(step)}",
+        f"exchanges (grey) and failed ones (red) per {_span(step)}",
         x=left,
         y=height - 4,
         fill="#374151",
     )
-    return svg(height, *bars, join(labels), legend, label="exchanges and errors over time")
+    return svg(height, *bars, join(labels), legend, label="exchanges and failures over time")
 
 
 def _span(step: dt.timedelta) -> str:

@@ -15,7 +15,7 @@ from ssetape.http_fields import DEFAULT_PORTS
 from ssetape.storage.filters import ExchangeFilter, parse_since
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
-from ssetape.vocabulary import ExchangeState, Outcome
+from ssetape.vocabulary import ExchangeState, Outcome, outcome_choices, parse_outcome
 from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
 from ssetape.web.session_page import session_href
 
@@ -41,7 +41,7 @@ _COLUMNS = (
 # What a cell holds of a path, a model, a host or a session: the whole is in its title, and
 # the stylesheet shows as much of it as its column's width (the list fits a laptop's window).
 _CELL_MAX = 80
-OUTCOMES = tuple(Outcome)
+OUTCOMES = tuple(outcome_choices())
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,14 @@ class ListView:
             except ValueError as e:
                 errors.append(str(e).replace("--since", "since"))
                 del values["since"]
-        if params.get("outcome", OUTCOMES[0]) not in OUTCOMES:
-            # Not a silent empty list: an outcome no exchange can have is named, with the others.
-            errors.append(f"outcome {params['outcome']!r}: not one of {', '.join(OUTCOMES)}")
-            del values["outcome"]
+        if "outcome" in params:
+            try:
+                parse_outcome(params["outcome"])
+            except ValueError as e:
+                # Not a silent empty list: an outcome no exchange can have is named, with the
+                # valid ones.
+                errors.append(str(e))
+                del values["outcome"]
         before_text = args.get("before", "")
         before = id_of(before_text)
         error = "; ".join(errors) or None

@@ -72,7 +72,7 @@ def _totals(t: SessionTotals) -> Markup:
     started = t.first_start.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     facts: list[tuple[str, int, str]] = [
         ("calls", t.calls, f"{t.calls:,}"),
-        ("errors", t.errors, f"{t.errors:,}"),
+        ("failed", t.failed, f"{t.failed:,}"),
         ("tokens in", t.input_tokens, f"{t.input_tokens:,}"),
         ("tokens out", t.output_tokens, f"{t.output_tokens:,}"),
         ("wall time", t.wall_us, fmt_us(t.wall_us)),
@@ -162,7 +162,7 @@ def _row(c: SessionCall, off: int, y: int, place: Callable[[int], float]) -> Mar
     if ttft is not None:
         segments.append((at, ttft, _FIRST if ttfb is not None else _WAIT))
         at = ttft
-    segments.append((at, end, _ERROR if c.error else _STREAM if at > off else _WAIT))
+    segments.append((at, end, _ERROR if c.failed else _STREAM if at > off else _WAIT))
     parts = [
         el("rect", x=place(a), y=top, width=max(round(place(b) - place(a), 1), 1.0),
            height=_BAR, fill=fill)
@@ -194,7 +194,7 @@ def _row(c: SessionCall, off: int, y: int, place: Callable[[int], float]) -> Mar
         class_="call",
         data_id=c.id,
         data_offset_us=off,
-        data_error="1" if c.error else None,
+        data_error="1" if c.failed else None,
     )
     return el("a", group, href=f"/exchanges/{c.id}")
 

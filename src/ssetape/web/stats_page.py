@@ -1,5 +1,5 @@
 """`/stats`: the groups of `ssetape stats` as a table, their TTFB and TTFT spread as charts, and
-exchanges and errors over time.
+exchanges and failures over time.
 
 The URL is the view: ``?by=model|host|api|outcome|status`` and the list's filters
 (``?api=&model=&outcome=&host=&since=&q=``). The table is :class:`ssetape.analysis.stats.Stats`'s,
@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ssetape.analysis.stats import GROUP_BY, Stats, is_error, percentile
+from ssetape.analysis.stats import GROUP_BY, Stats, percentile
 from ssetape.cost.price import NO_PRICE, format_usd
 from ssetape.storage.queries import Queries, SeriesRow
+from ssetape.vocabulary import is_failed
 from ssetape.web.charts import Bucket, Spread, distribution_chart, time_chart
 from ssetape.web.html import Markup, el, join, link, page, query
 from ssetape.web.list_page import FILTER_PARAMS, ListView
@@ -56,7 +57,7 @@ _BUCKETS = 60
 _COLUMNS = (
     "group",
     "exchanges",
-    "errors",
+    "failed",
     "error rate",
     "TTFB p50",
     "TTFB p95",
@@ -120,7 +121,7 @@ class StatsView:
             distribution_chart(_spreads(chart_groups, values, "ttfb"), "TTFB"),
             el("h2", "TTFT per group"),
             distribution_chart(_spreads(chart_groups, values, "ttft"), "TTFT"),
-            el("h2", "Exchanges and errors over time"),
+            el("h2", "Exchanges and failures over time"),
             time_chart(buckets, step),
             el("p", "box: p50 to p95 (bold line: p50); whiskers: lowest to highest", class_="dim"),
         ]
@@ -138,7 +139,7 @@ class StatsView:
                 v.ttfb.append(r.ttfb_us)
             if r.ttft_us is not None:
                 v.ttft.append(r.ttft_us)
-            starts.append((_epoch(r.started_at), is_error(r.outcome, r.status, r.state)))
+            starts.append((_epoch(r.started_at), is_failed(r.outcome, r.status, r.state)))
         return (values, *_buckets(starts))
 
     def _tabs(self) -> Markup:
@@ -183,8 +184,8 @@ class StatsView:
         cells = [
             shown,
             f"{g['count']:,}",
-            f"{g['errors']:,}",
-            f"{g['error_rate'] * 100:.1f} %",
+            f"{g['failed']:,}",
+            f"{g['failed_rate'] * 100:.1f} %",
             _ms(g["ttfb_ms"]["p50"]),
             _ms(g["ttfb_ms"]["p95"]),
             _ms(g["ttft_ms"]["p50"]),

@@ -195,12 +195,12 @@ def test_stats_by_api_adds_up(tape: Tape) -> None:
         "messages": 1,
     }
     chat = groups["chat_completions"]
-    assert chat["errors"] == 2  # the mid-stream error and the 429; a refusal is no error
+    assert chat["failed"] == 2  # the mid-stream error and the 429; a refusal is no failure
     for g in groups.values():
         assert set(g) >= {
             "group",
             "count",
-            "errors",
+            "failed",
             "ttfb_ms",
             "ttft_ms",
             "input_tokens",
@@ -211,8 +211,8 @@ def test_stats_by_api_adds_up(tape: Tape) -> None:
     assert sum(g["input_tokens"] for g in groups.values()) == total_in > 0
     everything = ssetape_json("stats", "--db", tape.db)
     assert len(everything) == 1 and everything[0]["count"] == 6
-    assert everything[0]["errors"] == 2
-    assert ssetape_json("stats", "--db", tape.db, "--outcome", "completed")[0]["errors"] == 0
+    assert everything[0]["failed"] == 2
+    assert ssetape_json("stats", "--db", tape.db, "--outcome", "completed")[0]["failed"] == 0
     assert ssetape_json("stats", "--db", tape.db, "--host", "example.com") == []
     # What stats counts as failed is what `list --outcome failed` lists, and no more.
     failed = ssetape_json("list", "--db", tape.db, "--outcome", "failed")
@@ -220,7 +220,7 @@ def test_stats_by_api_adds_up(tape: Tape) -> None:
     assert {r["outcome"] for r in failed} == {"error", "http_error"}
     for g in groups.values():
         listed = ssetape_json("list", "--db", tape.db, "--api", g["group"], "--outcome", "failed")
-        assert len(listed) == g["errors"], g["group"]
+        assert len(listed) == g["failed"], g["group"]
     assert_one_line_error(run("list", "--db", tape.db, "--outcome", "errors"), "failed")
     human = cli("stats", "--db", tape.db, "--by", "model")
     assert human.returncode == 0 and "claude-sim" in human.stdout

@@ -71,7 +71,7 @@ def test_each_tool_answers_from_the_recorded_store(store: Store) -> None:
 
     by_model = {g["group"]: g for g in out["stats"]["groups"]}
     assert set(by_model) >= {"gpt-4o-sim", "claude-sim", "gpt-4o-evil"}
-    assert by_model["gpt-4o-sim-error"]["errors"] == 1
+    assert by_model["gpt-4o-sim-error"]["failed"] == 1
     assert by_model["gpt-4o-sim"]["ttft_ms"]["p50"] > 0
 
     # The simulator's pause is the stall found; the events on both sides come with it.

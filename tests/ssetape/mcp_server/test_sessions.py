@@ -78,7 +78,7 @@ def test_sessions_are_listed_newest_first_with_totals_that_add_up(
         calls = [x for x in everything if x.session == doc["session"]]
         _check_totals(doc, calls)
     [run] = [s for s in out["all"]["sessions"] if s["session"] == RUN]
-    assert run["errors"] == 1 and run["calls"] == 3
+    assert run["failed"] == 1 and run["calls"] == 3
     # until: the calls started before HOSTILE's first, i.e. RUN's only.
     assert [s["session"] for s in out["before"]["sessions"]] == [RUN]
     assert out["future"]["sessions"] == []
@@ -141,9 +141,9 @@ def test_a_session_gives_its_calls_in_start_order_on_its_time_axis(
         assert doc["outcome"] == x.outcome
         assert doc["input_tokens"] == x.input_tokens
         assert doc["cost_usd"] == (None if x.cost_nusd is None else x.cost_nusd / 10**9)
-    assert [c["error"] for c in whole["calls"]] == [False, True, False]
+    assert [c["failed"] for c in whole["calls"]] == [False, True, False]
     _check_totals(whole["totals"], calls)
-    assert whole["totals"]["errors"] == sum(c["error"] for c in whole["calls"])
+    assert whole["totals"]["failed"] == sum(c["failed"] for c in whole["calls"])
     assert whole["next_cursor"] is None
     # Pages: in order, none twice, the totals the whole session's on each.
     paged = [c["id"] for c in out["page1"]["calls"] + out["page2"]["calls"]]

@@ -232,8 +232,8 @@ def test_the_stats_page_shows_the_groups_and_figures_of_ssetape_stats(
     assert list(shown) == [g["group"] for g in expected] and expected
     for g in expected:
         cells = shown[g["group"]]
-        assert cells[1:4] == [f"{g['count']:,}", f"{g['errors']:,}",
-                              f"{g['error_rate'] * 100:.1f} %"]  # fmt: skip
+        assert cells[1:4] == [f"{g['count']:,}", f"{g['failed']:,}",
+                              f"{g['failed_rate'] * 100:.1f} %"]  # fmt: skip
         ms = [g["ttfb_ms"]["p50"], g["ttfb_ms"]["p95"], g["ttft_ms"]["p50"], g["ttft_ms"]["p95"]]
         assert cells[4:8] == ["" if v is None else f"{v:,.1f} ms" for v in ms]
         assert cells[8:10] == [f"{g['input_tokens']:,}", f"{g['output_tokens']:,}"]
@@ -243,7 +243,7 @@ def test_the_stats_page_shows_the_groups_and_figures_of_ssetape_stats(
     assert [html.unescape(s) for s in spreads[: len(measured)]] == measured
     buckets = re.findall(r'class="bucket" data-requests="(\d+)" data-errors="(\d+)"', page_)
     assert sum(int(n) for n, _ in buckets) == sum(g["count"] for g in expected)
-    assert sum(int(e) for _, e in buckets) == sum(g["errors"] for g in expected)
+    assert sum(int(e) for _, e in buckets) == sum(g["failed"] for g in expected)
 
 
 def test_the_stats_page_keeps_its_view_in_the_url_and_names_a_bad_filter(

@@ -102,7 +102,7 @@ def test_a_session_page_draws_its_calls_on_one_timeline_with_totals_that_add_up(
 
     totals = dict(re.findall(r'<dt>([^<]+)</dt><dd data-value="(-?\d+)"', page))
     assert int(totals["calls"]) == 3
-    assert int(totals["errors"]) == 1  # gpt-4o-sim-error
+    assert int(totals["failed"]) == 1  # gpt-4o-sim-error
     assert int(totals["tokens in"]) == sum(x.input_tokens or 0 for x in calls) > 0
     assert int(totals["tokens out"]) == sum(x.output_tokens or 0 for x in calls) > 0
     assert int(totals["waiting on first tokens"]) == sum(x.ttft_us or 0 for x in calls)
