@@ -30,7 +30,8 @@ from ssetape.addons.options import (
 from ssetape.addons.recorder import REPLAYED, Recorder
 from ssetape.recording.clock import monotonic_of
 from ssetape.redactor import Redactor
-from ssetape.replay.request_index import Miss, RequestIndex
+from ssetape.replay.miss import Miss, MissKind
+from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.store import Store
 from ssetape.vocabulary import INLINE_BODY, Header, RecordMode
 
@@ -136,6 +137,8 @@ class Replayer:
             ignore=opts.ssetape_ignore_field,
             match_host=opts.ssetape_match_host,
             repeat=opts.ssetape_repeat,
+            # Recording new episodes, a cut recording is recorded again rather than replayed.
+            rerecord_cut=mode.forwards_misses,
         )
         # Without an upstream, CONNECT must not dial the server before the request is known.
         if opts.connection_strategy != "lazy":
@@ -202,7 +205,7 @@ class Replayer:
                 )
         except Exception as e:  # never forward what should have been replayed
             log.exception("ssetape: replay lookup failed")
-            found = Miss(f"ssetape could not look this request up: {type(e).__name__}: {e}", [])
+            found = Miss.error(f"{req.method} {req.host}:{req.port}{req.path}", e)
             if not RecordMode(ctx.options.ssetape_record_mode).forwards_misses:
                 self._answer_miss(flow, found, status=500)
                 return
@@ -221,6 +224,8 @@ class Replayer:
             req.scheme, req.host, req.port = "http", "127.0.0.1", self.server_port
             return
         if RecordMode(ctx.options.ssetape_record_mode).forwards_misses:
+            if found.kind is MissKind.CUT:
+                log.warning("ssetape: %s", found.message)  # re-recorded: say so
             return  # forwarded upstream; the recorder keeps it
         self.misses += 1
         self._answer_miss(flow, found)

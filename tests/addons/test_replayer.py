@@ -14,11 +14,11 @@ import httpx
 import openai
 import orjson
 import pytest
-from sqlalchemy import update
+from sqlalchemy import delete, func, select, update
 
 from ssetape.simulator.simulator import Simulator
 from ssetape.sse import SseParser
-from ssetape.storage.models import Exchange
+from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc, tls_simulator
 
@@ -355,3 +355,45 @@ def test_a_recording_with_a_gap_replays_cut_there_and_says_so(
         assert got == (raw if allow else before_gap)
         assert proc.stop() == 0
         assert "is incomplete" in proc.log.decode()
+
+
+def test_new_episodes_records_a_cut_recording_again(
+    ssetape_proc: Callable[..., Proc], sim: Simulator, db: str
+) -> None:
+    """The upstream cut the stream when it was recorded: new_episodes records it again (and
+    says so) instead of replaying the cut for ever; then the whole one is what replays."""
+    path = "/v1/chat/completions"
+    p = ssetape_proc("record", "--mode", f"reverse:{sim.url}", db=db)
+    assert timed(p.url, path, CHAT)[0] == 200
+    assert p.stop() == 0
+    store = Store.open(db, create=False)
+    with store.engine.begin() as conn:  # as a cut leaves it: no [DONE]
+        conn.execute(update(Exchange).values(state="truncated"))
+        last = select(func.max(Event.seq)).where(Event.exchange_id == 1).scalar_subquery()
+        conn.execute(delete(Event).where(Event.exchange_id == 1, Event.seq == last))
+    store.close()
+
+    def served(url: str) -> bytes:
+        got = b""
+        with (
+            contextlib.suppress(httpx.RemoteProtocolError),
+            httpx.stream("POST", url + path, content=orjson.dumps(CHAT), timeout=30) as r,
+        ):
+            for chunk in r.iter_raw():
+                got += chunk
+        return got
+
+    p = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", "--speed", "0", db=db)
+    assert b"data: [DONE]" not in served(p.url)  # replayed cut, as recorded
+    assert p.stop() == 0
+    p = ssetape_proc(
+        "replay", "--record-mode", "new_episodes", "--mode", f"reverse:{sim.url}", db=db
+    )
+    assert timed(p.url, path, CHAT)[0] == 200
+    assert p.stop() == 0
+    assert b"recording POST 127.0.0.1" in p.log and b"(#1) were cut short" in p.log
+    store = Store.open(db, create=False)
+    assert [x.state for x in store.exchanges()] == ["completed", "truncated"]  # newest first
+    store.close()
+    p = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", "--speed", "0", db=db)
+    assert b"data: [DONE]" in served(p.url)  # the whole one, though the cut one came first

@@ -3,29 +3,34 @@
 Built from the stored (already redacted) requests; incoming requests are redacted with the
 store's key the same way before they are compared, so a masked field still matches (masks
 compare key-free: see ``redactor.unmask``). A request with no recording gets a
-:class:`Miss` naming the nearest recordings and how they differ.
+:class:`~ssetape.replay.miss.Miss` naming the nearest recordings and how they differ.
+
+A recording the upstream cut (or the recorder did not finish) never shadows a whole one of
+the same request: the whole one is served. Recording new episodes (``rerecord_cut``), a
+request whose only recordings are cut is a miss, so it goes upstream and is recorded again.
 """
 
 from __future__ import annotations
 
+import difflib
 import operator
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, cast
 
-import orjson
 from sqlalchemy import func, select
 
-from ssetape.matching import canonical_request, differences, fingerprint, leaves, one_line
+from ssetape.matching import Difference, canonical_request, differences, fingerprint, leaves
 from ssetape.redactor import Redactor, unmask
+from ssetape.replay.miss import CLI_ADVICE, Advice, Candidate, Miss, MissKind, Unreplayable
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
-from ssetape.vocabulary import MAX_BODY, ExchangeState
+from ssetape.vocabulary import MAX_BODY, TRANSPORT_ERRORS, ExchangeState
 
-__all__ = ["CLI_HINT", "Miss", "RequestIndex"]
+__all__ = ["Miss", "RequestIndex", "store_name"]
 
 _NEWEST = select(func.max(Exchange.id))
 
@@ -37,29 +42,14 @@ REPLAYABLE_STATES = (
 )
 NEAREST = 3
 NEAREST_SCAN = 500  # recordings a miss is compared with, at most
+NEAREST_FINE = 48  # of those, at most this many compared field by field
 _ID_SPAN = 1 << 48  # more than any exchange id: a distance weighs more than any id
-# What a miss's message tells the user to do, in the words of the command they ran.
-CLI_HINT = (
-    "Record it with --record-mode new_episodes, or ignore volatile fields with --ignore-field."
-)
+_DEFAULT_PORT = {"http": 80, "https": 443}
 
 
-@dataclass(frozen=True, slots=True)
-class Miss:
-    message: str
-    nearest: list[dict[str, Any]]
-
-    def body(self) -> bytes:
-        """The JSON error a client gets, shaped like the APIs' own errors."""
-        doc = {
-            "error": {
-                "type": "ssetape_replay_miss",
-                "code": "ssetape_replay_miss",
-                "message": self.message,
-                "nearest": self.nearest,
-            }
-        }
-        return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+def store_name(xid: int) -> str:
+    """How a recording is named on a store: by its exchange id."""
+    return f"#{xid}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +69,23 @@ class RequestIndex:
         ignore: Sequence[str] = (),
         match_host: bool = True,
         repeat: bool = True,
-        hint: str = CLI_HINT,
+        advice: Advice = CLI_ADVICE,
+        name: Callable[[int], str] = store_name,
         keep_misses: bool = False,
+        rerecord_cut: bool = False,
     ) -> None:
-        """``hint``: the advice a miss ends with; ``keep_misses``: remember every miss in
-        :attr:`misses` (for a test's report)."""
+        """``advice``: what a miss tells the user to do; ``name``: how a miss names a
+        recording (its cassette line, in a test); ``keep_misses``: remember every miss in
+        :attr:`misses` (for a test's report); ``rerecord_cut``: a request whose only
+        recordings are cut is a miss (recording new episodes records it again)."""
         self.store = store
         self.redactor = redactor
         self.ignore = tuple(ignore)
         self.match_host = match_host
         self.repeat = repeat
-        self._by_fp: dict[str, list[int]] = {}
+        self._by_fp: dict[str, list[int]] = {}  # whole recordings by request
+        self._cut_by_fp: dict[str, list[int]] = {}  # cut ones, served only if no whole one
+        self._own_bad: dict[str, list[Unreplayable]] = {}  # those that cannot be served
         self._entries: list[_Entry] = []
         self._served: dict[str, int] = {}
         self._indexed: set[int] = set()
@@ -109,8 +105,10 @@ class RequestIndex:
         # loop that times the streams being replayed.
         self._searching = threading.Lock()
         self._leaves: dict[int, frozenset[int]] = {}  # of recent candidates (see _rough)
-        self.hint = hint
+        self.advice = advice
+        self.name = name
         self.keep_misses = keep_misses
+        self.rerecord_cut = rerecord_cut
         self.misses: list[Miss] = []
 
     def _canonical(
@@ -151,6 +149,7 @@ class RequestIndex:
                     Exchange.method,
                     Exchange.scheme,
                     Exchange.host,
+                    Exchange.port,
                     Exchange.path,
                     Exchange.query,
                     Exchange.request_body,
@@ -167,7 +166,7 @@ class RequestIndex:
 
     def _merge(self, rows: Sequence[Any]) -> None:  # with the lock held
         floor = None
-        for xid, state, status, error, method, scheme, host, path, query, body, gap in rows:
+        for xid, state, status, error, method, scheme, host, port, path, query, body, gap in rows:
             if state == ExchangeState.RECORDING:
                 floor = xid - 1 if floor is None else floor
                 continue
@@ -178,14 +177,25 @@ class RequestIndex:
             # failure keeps the wire bytes (encoded streams) or says where the gap is.
             failed = "capture failed" in (error or "")
             faithful = not failed or gap is not None or "wire bytes are kept" in (error or "")
+            canon = self._canonical(method, host, path, query, body)
             if state not in REPLAYABLE_STATES or status is None or not faithful:
                 self._unreplayable += 1
+                why = (
+                    f"failed ({error or 'no response'})" if state == ExchangeState.FAILED
+                    else "was not recorded whole" if not faithful
+                    else f"has no stored response ({state})"
+                )  # fmt: skip
+                bad = Unreplayable(xid, self.name(xid), state, why)
+                self._own_bad.setdefault(fingerprint(canon), []).append(bad)
                 continue
-            canon = self._canonical(method, host, path, query, body)
-            ids = self._by_fp.setdefault(fingerprint(canon), [])
+            # Cut by the upstream, or left unfinished by the recorder: served only when the
+            # request has no whole recording.
+            by_fp = self._cut_by_fp if state in TRANSPORT_ERRORS else self._by_fp
+            ids = by_fp.setdefault(fingerprint(canon), [])
             ids.append(xid)
             ids.sort()
-            url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+            at = host if port in (None, _DEFAULT_PORT.get(scheme)) else f"{host}:{port}"
+            url = f"{scheme}://{at}{path}" + (f"?{query}" if query else "")
             endpoint = (canon["method"], canon["host"], canon["path"])
             entry = _Entry(xid, f"{method} {url}", canon, endpoint)
             self._entries.append(entry)
@@ -196,7 +206,8 @@ class RequestIndex:
     def recording_ids(self) -> list[int]:
         """Every replayable recording indexed so far, oldest first."""
         with self._lock:
-            return sorted(xid for ids in self._by_fp.values() for xid in ids)
+            both = (*self._by_fp.values(), *self._cut_by_fp.values())
+            return sorted(xid for ids in both for xid in ids)
 
     def lookup(
         self,
@@ -229,7 +240,7 @@ class RequestIndex:
             if not self._lock.acquire(blocking=False):
                 return None
             try:
-                return self._take(fp, method, where, path) if fp in self._by_fp else None
+                return self._take(fp, f"{method} {where}{path}")
             finally:
                 self._lock.release()
         with self._lock:
@@ -237,12 +248,13 @@ class RequestIndex:
         if not known:
             self.refresh(after=arrived)
         with self._lock:
-            found = self._take(fp, method, where, path) if fp in self._by_fp else None
+            found = self._take(fp, f"{method} {where}{path}")
             candidates = self._candidates(method, path) if found is None else []
+            own = tuple(self._own_bad.get(fp, ()))
         if found is None:
             # Out of the lock: the nearest search compares with many recordings.
             with self._searching:
-                found = self._miss(method, where, path, canon, candidates)
+                found = self._miss(f"{method} {where}{path}", canon, candidates, own)
         if isinstance(found, Miss) and self.keep_misses:
             self.misses.append(found)
         return found
@@ -255,23 +267,26 @@ class RequestIndex:
         rest = self._entries[-(NEAREST_SCAN - len(same)) :] if len(same) < NEAREST_SCAN else []
         return [*same, *(e for e in rest if e.id not in ids)]
 
-    def _take(self, fp: str, method: str, host: str, path: str) -> int | Miss:
-        """The next recording of ``fp`` (known) to serve."""  # with the lock held
-        ids = self._by_fp[fp]
+    def _take(self, fp: str, what: str) -> int | Miss | None:
+        """The next recording of ``fp`` to serve; None if it has none."""  # with the lock held
+        ids = self._by_fp.get(fp)
+        if ids is None and (ids := self._cut_by_fp.get(fp)) is not None and self.rerecord_cut:
+            cut = tuple(Unreplayable(x, self.name(x), "cut", "was cut") for x in ids)
+            return Miss(MissKind.CUT, what, self.advice, own=cut)
+        if ids is None:
+            return None
         n = self._served.get(fp, 0)
         if n < len(ids) or self.repeat:
             self._served[fp] = n + 1
             return ids[min(n, len(ids) - 1)]
-        return Miss(
-            one_line(
-                f"no recording left for {method} {host}{path}: its {len(ids)} recording(s) "
-                "were all served (ssetape_repeat is off)"
-            ),
-            [],
-        )
+        return Miss(MissKind.EXHAUSTED, what, self.advice, count=len(ids))
 
     def _miss(
-        self, method: str, host: str, path: str, canon: dict[str, Any], candidates: list[_Entry]
+        self,
+        what: str,
+        canon: dict[str, Any],
+        candidates: list[_Entry],
+        own: tuple[Unreplayable, ...],
     ) -> Miss:  # with self._searching held
         # A rough distance first (set operations), then field-by-field differences for the
         # few it ranks best. The distances are computed by map() over the candidates, in C:
@@ -295,33 +310,39 @@ class RequestIndex:
         # One int per candidate, nearest first and then newest: sorted in C.
         score = map(operator.sub, map(operator.mul, distance, repeat(_ID_SPAN)), ids)
         by_id = dict(zip(ids, candidates, strict=True))
+        ranked = sorted(score)
+        # Field by field: the best few, and those as rough-near as the last of them (a rough
+        # tie says nothing of which differs least), NEAREST_FINE at most.
+        if len(ranked) > NEAREST * 3:
+            tie = ranked[NEAREST * 3 - 1] // _ID_SPAN
+            ranked = [s for s in ranked[:NEAREST_FINE] if s // _ID_SPAN <= tie]
         scored = []
-        for s in sorted(score)[: NEAREST * 3]:
+        for s in ranked:
             e = by_id[-s % _ID_SPAN]
             diffs = differences(e.canonical, canon)
-            # A different endpoint is a worse neighbour than a different body field.
+            # A different endpoint is a worse neighbour than a different body field; of those
+            # differing in as many fields, the one whose values differ least is nearest.
             weight = sum(10 if d.field in ("method", "host", "path") else 1 for d in diffs)
-            scored.append((weight, e, diffs))
-        scored.sort(key=lambda t: (t[0], -t[1].id))
-        nearest = [
-            {"id": e.id, "request": e.url, "differences": [d.as_dict() for d in diffs]}
-            for _, e, diffs in scored[:NEAREST]
-        ]
-        msg = f"no recording matches {method} {host}{path}"
-        if scored:
-            _, best, diffs = scored[0]
-            what = ", ".join(
-                f"{d.field} (recorded {d.recorded!r}, requested {d.requested!r})" for d in diffs[:3]
-            )
-            msg += f"; nearest is #{best.id} {best.url}, which differs in {what}"
-        elif self._unreplayable:
-            msg += (
-                f"; the tape holds no recording that can be replayed ({self._unreplayable} "
-                "without a stored response, or not recorded whole: `ssetape list` shows them)"
-            )
-        else:
-            msg += "; the tape is empty"
-        return Miss(one_line(f"{msg}. {self.hint}"), nearest)
+            scored.append((weight, sum(map(_unlike, diffs)), -e.id, e, diffs))
+        scored.sort(key=lambda t: t[:3])
+        nearest = tuple(
+            Candidate(e.id, self.name(e.id), e.url, tuple(diffs))
+            for *_, e, diffs in scored[:NEAREST]
+        )
+        if own:  # this very request was recorded, and that is what the user must hear
+            return Miss(MissKind.FAILED, what, self.advice, own=own)
+        kind = MissKind.DIFFERS if nearest else MissKind.EMPTY
+        if not nearest and self._unreplayable:
+            kind = MissKind.UNREPLAYABLE
+        return Miss(kind, what, self.advice, nearest, own, count=self._unreplayable)
+
+
+def _unlike(d: Difference) -> float:
+    """How unlike a differing field's two values are, from 0 (alike) to 1."""
+    a, b = str(d.recorded), str(d.requested)
+    match = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    # Long values: the cheap bound (characters in common), not the quadratic alignment.
+    return 1.0 - (match.ratio() if len(a) + len(b) <= 2000 else match.quick_ratio())
 
 
 def _rough(canonical: dict[str, Any]) -> frozenset[int]:

@@ -33,6 +33,7 @@ __all__ = [
     "Stale",
     "describe_age",
     "exchange_requests",
+    "failed_only",
     "parse_age",
     "read_lines",
     "recorded_dates",
@@ -112,6 +113,20 @@ def recorded_dates(lines: Iterable[bytes]) -> list[dt.datetime]:
         if when is not None:
             out.append(when)
     return out
+
+
+def failed_only(lines: Iterable[bytes]) -> list[str]:
+    """``line N: why`` of each recording of a cassette (its lines) that failed, when every
+    recording in it did (none holds a response); else an empty list."""
+    failed = []
+    for number, raw in enumerate(lines, 1):
+        obj = _exchange(raw)
+        if obj is None:
+            continue
+        if obj.get("status") is not None:
+            return []
+        failed.append(f"line {number}: {obj.get('error') or obj.get('state')}")
+    return failed
 
 
 def exchange_requests(lines: Iterable[bytes]) -> dict[int, str]:

@@ -230,6 +230,8 @@ def _session(item: pytest.Item) -> TapeSession:
     limit = opts.get("max_age") or config.getoption("ssetape_max_age", "")
     if limit and cassette.exists():
         mode = _check_age(item, cassette, str(limit), mode)
+    if mode == RecordMode.ONCE and cassette.exists():
+        mode = _check_failed(cassette, mode)
     speed = opts.get("speed")
     session = TapeSession(
         cassette,
@@ -258,7 +260,13 @@ def _check_age(item: pytest.Item, cassette: Path, limit: str, mode: str) -> str:
     it, as if it were absent), noting it for the report."""
     import datetime as dt
 
-    from ssetape.testing.age import PROPERTY, read_lines, recorded_dates, stale
+    from ssetape.testing.age import (
+        PROPERTY,
+        exchange_requests,
+        read_lines,
+        recorded_dates,
+        stale,
+    )
 
     rerecord = mode != RecordMode.NONE
     again = item.config.stash.setdefault(_STALE, set())
@@ -268,6 +276,17 @@ def _check_age(item: pytest.Item, cassette: Path, limit: str, mode: str) -> str:
         return RecordMode.ALL.value
     now = dt.datetime.now(dt.UTC)
     dates = recorded_dates(read_lines(cassette))
+    if not dates and exchange_requests(read_lines(cassette)):
+        import warnings
+
+        from ssetape.matching import one_line
+
+        warnings.warn(
+            one_line(f"ssetape: {cassette}: no recording in it is dated (no started_at, no "
+                     f"response Date header): its age is unknown to --ssetape-max-age {limit}, "
+                     "so it is kept as it is"),
+            stacklevel=1,
+        )  # fmt: skip
     found = stale(str(cassette), dates, limit, now, rerecord=rerecord)
     if found is None:
         return mode
@@ -275,6 +294,26 @@ def _check_age(item: pytest.Item, cassette: Path, limit: str, mode: str) -> str:
     if rerecord:
         again.add(cassette)
     return RecordMode.ALL.value if rerecord else mode
+
+
+def _check_failed(cassette: Path, mode: str) -> str:
+    """``once`` over a cassette of nothing but failed recordings (the upstream was down when
+    it was recorded) records it again, as if it were absent, and says so: replaying it
+    could only ever fail."""
+    import warnings
+
+    from ssetape.matching import one_line
+    from ssetape.testing.age import failed_only, read_lines
+
+    failed = failed_only(read_lines(cassette))
+    if not failed:
+        return mode
+    warnings.warn(
+        one_line(f"ssetape: {cassette} holds only failed recordings ({'; '.join(failed[:3])}): "
+                 "re-recording it (record mode once)"),
+        stacklevel=1,
+    )  # fmt: skip
+    return RecordMode.ALL.value
 
 
 def _gather(item: pytest.Item, session: TapeSession) -> None:

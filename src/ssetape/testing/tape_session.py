@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -34,7 +33,8 @@ from ssetape.matching import canonical_request, one_line
 from ssetape.redactor import Redactor, unmask
 from ssetape.replay.direct_front import DirectFront
 from ssetape.replay.faults import Fault, Faults
-from ssetape.replay.request_index import Miss, RequestIndex
+from ssetape.replay.miss import Advice, Miss
+from ssetape.replay.request_index import RequestIndex
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.testing.age import read_lines
@@ -50,12 +50,14 @@ from ssetape.vocabulary import MAX_BODY, RecordMode
 if TYPE_CHECKING:  # imported where a forward proxy needs it: mitmproxy's CA store
     from ssetape.replay.leaf_certificates import LeafCertificates
 
-# What a miss tells the test's author to do, in pytest's words.
-PYTEST_HINT = (
-    "Record it with --ssetape-record-mode=new_episodes, or leave volatile fields out of "
-    "matching with @pytest.mark.ssetape(ignore_fields=[...])."
-)
-_NEAREST = re.compile(r"#(\d+) ")
+
+def pytest_advice(cassette: Path) -> Advice:
+    """What a miss tells the test's author to do, in pytest's words."""
+    return Advice(
+        "--ssetape-record-mode=new_episodes",
+        "@pytest.mark.ssetape(ignore_fields=[...])",
+        f"ssetape list --db {cassette}",
+    )
 
 
 def _asked(
@@ -134,8 +136,10 @@ class TapeSession:
         #: The session the exchanges it records belong to (the plugin: the test's node id).
         self.session = session
         self.lock_dir = lock_dir or default_lock_dir()
-        #: True when this test replays the cassette; False when it records.
+        #: True when this test replays the cassette (from this process); False when it
+        #: records, new_episodes included (its proxy replays what the cassette holds).
         self.replaying = mode.replays(tape_empty=not cassette.exists())
+        self.replaying &= not mode.forwards_misses
         self._tmp: Path | None = None
         self._store: Store | None = None
         self._index: RequestIndex | None = None
@@ -184,7 +188,8 @@ class TapeSession:
                 redactor,
                 ignore=self.ignore_fields,
                 match_host=self.match_host,
-                hint=PYTEST_HINT,
+                advice=pytest_advice(self.cassette),
+                name=self.line_name,
                 keep_misses=True,
             )
             self._index.refresh()
@@ -363,7 +368,7 @@ class TapeSession:
         for canon, found in list(self._index.drifted):
             nearest = found if isinstance(found, int) else None
             if isinstance(found, Miss) and found.nearest:
-                nearest = int(found.nearest[0]["id"])
+                nearest = found.nearest[0].id
             x = queries.exchange(nearest) if nearest is not None else None
             recorded = unmask(canonical_request(
                 x.method, x.host, x.path, x.query or "", x.request_body,
@@ -383,14 +388,11 @@ class TapeSession:
         """One line per request the cassette had no recording for."""
         if self._index is None:
             return []
-        out = []
-        for miss in list(self._index.misses):
-            msg = miss.message.removesuffix(f". {self._index.hint}")
-            out.append(_NEAREST.sub(lambda m: f"cassette line {self._line(m)}: ", msg))
-        return out
+        return [miss.render(advice=False) for miss in list(self._index.misses)]
 
-    def _line(self, m: re.Match[str]) -> str:
-        return str(self._lines.get(int(m.group(1)), "?"))
+    def line_name(self, xid: int) -> str:
+        """How a test's report names a recording: by its cassette line."""
+        return f"cassette line {self._lines.get(xid, '?')}"
 
     def explain(self) -> str:
         """Why the test must fail, though it passed: requests the cassette did not have, or
@@ -420,5 +422,9 @@ class TapeSession:
         if not self.cassette.exists():
             head += " (it does not exist: record it with --ssetape-record-mode=once)"
         lines = [head + ":", *(f"  - {m}" for m in dict.fromkeys(misses))]
-        lines.append(PYTEST_HINT.replace("Record it", "Record them"))
+        a = pytest_advice(self.cassette)
+        lines.append(
+            f"Record them with {a.record}, or leave volatile fields out of matching with "
+            f"{a.ignore}."
+        )
         return "\n".join(lines)

@@ -12,20 +12,28 @@ import orjson
 from bench.tapes import HOST, PATH, build_tape, chat_body
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.redactor import Redactor
-from ssetape.replay.request_index import NEAREST_SCAN, Miss, RequestIndex
+from ssetape.replay.miss import Miss, MissKind
+from ssetape.replay.request_index import NEAREST_SCAN, RequestIndex
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
 BINARY = bytes(range(256)) * 4
 
 
-def begin(w: Writer, uid: str, body: bytes) -> None:
+def begin(w: Writer, uid: str, body: bytes, *, scheme: str = "https", port: int = 443) -> None:
     canon = canonical_request("POST", "api.example", "/v1/x", "", body)
     w.begin(
-        uid, started_at=datetime.now(UTC), method="POST", scheme="https", host="api.example",
-        port=443, path="/v1/x", query="", http_version="HTTP/1.1", request_headers=[],
+        uid, started_at=datetime.now(UTC), method="POST", scheme=scheme, host="api.example",
+        port=port, path="/v1/x", query="", http_version="HTTP/1.1", request_headers=[],
         request_body=body, fingerprint=fingerprint(canon),
     )  # fmt: skip
+
+
+def recorded(w: Writer, uid: str, body: bytes, state: str = "completed", **where: Any) -> None:
+    begin(w, uid, body, **where)
+    w.update(uid, status=200)
+    w.finish(uid, state=state)
+    assert w.flush()
 
 
 def test_a_slow_recording_finished_after_a_refresh_is_still_found(tmp_path: Path) -> None:
@@ -98,10 +106,16 @@ def test_a_miss_on_a_tape_of_unreplayable_recordings_does_not_call_it_empty(
     assert w.flush()
     w.close()
     index = RequestIndex(store, Redactor(b"k"))
-    miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "lost"}')
+    miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "other"}')
     assert isinstance(miss, Miss)
     assert "tape is empty" not in miss.message
     assert "no recording that can be replayed (1 without a stored response" in miss.message
+    assert "`ssetape list` shows them" in miss.message
+    # The very request that was lost: its own recording is named, with the fix.
+    miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "lost"}')
+    assert isinstance(miss, Miss)
+    assert "its recording (#1) has no stored response (interrupted)" in miss.message
+    assert "Record it again with --record-mode new_episodes" in miss.message
     empty = RequestIndex(Store.open(str(tmp_path / "empty.db")), Redactor(b"k"))
     assert "the tape is empty" in empty.lookup("POST", "h", "/v1/x", b"{}").message  # type: ignore[union-attr]
     store.close()
@@ -134,7 +148,7 @@ def test_a_miss_ranks_the_tape_without_python_per_recording(tmp_path: Path) -> N
                 miss = index.lookup("POST", HOST, PATH, asked)
             finally:
                 sys.setprofile(None)
-        assert isinstance(miss, Miss) and miss.nearest[0]["id"] == exchanges - 4
+        assert isinstance(miss, Miss) and miss.nearest[0].id == exchanges - 4
         return calls
 
     few, many = python_calls(NEAREST_SCAN // 10), python_calls(NEAREST_SCAN + 100)
@@ -190,5 +204,74 @@ def test_a_miss_names_a_recorded_path_as_one_printable_line(tmp_path: Path) -> N
     assert isinstance(miss, Miss) and "nearest is #1" in miss.message
     assert not any(c in miss.message for c in "\x1b\x07\n\u202e")
     assert "\\x1b]0;pwned\\x07\\nssetape: all requests matched" in miss.message
+    w.close()
+    store.close()
+
+
+def test_a_miss_names_the_recording_that_differs_least_and_its_port(tmp_path: Path) -> None:
+    """Asked for "alphb", the nearest is "alpha" (one letter off), not the newer "gamma
+    gamma", though each differs in one field; its URL keeps the port it was recorded on."""
+    store = Store.open(str(tmp_path / "t.db"))
+    w = Writer(store)
+    w.start()
+    recorded(w, "a" * 32, b'{"q": "alpha"}', scheme="http", port=8080)
+    recorded(w, "b" * 32, b'{"q": "gamma gamma"}', scheme="http", port=8080)
+    miss = RequestIndex(store, Redactor(b"k")).lookup(
+        "POST", "api.example", "/v1/x", b'{"q": "alphb"}', port=8080
+    )
+    assert isinstance(miss, Miss) and miss.kind is MissKind.DIFFERS
+    assert [c.id for c in miss.nearest] == [1, 2]
+    assert miss.message.startswith(
+        "no recording matches POST api.example:8080/v1/x; nearest is #1: "
+        "POST http://api.example:8080/v1/x, which differs in body.q (recorded 'alpha', "
+        "requested 'alphb')."
+    ), miss.message
+    w.close()
+    store.close()
+
+
+def test_a_cut_recording_never_shadows_a_whole_one(tmp_path: Path) -> None:
+    """The upstream cut the first recording; the request recorded again whole is what is
+    served, every time. A request recorded only cut replays as recorded, except when
+    recording new episodes: then it is a miss that says so, and goes upstream again."""
+    store = Store.open(str(tmp_path / "t.db"))
+    w = Writer(store)
+    w.start()
+    recorded(w, "a" * 32, b'{"q": "hi"}', state="truncated")
+    recorded(w, "b" * 32, b'{"q": "hi"}')
+    recorded(w, "c" * 32, b'{"q": "only cut"}', state="truncated")
+    index = RequestIndex(store, Redactor(b"k"))
+    assert [index.lookup("POST", "api.example", "/v1/x", b'{"q": "hi"}') for _ in "123"] == [2] * 3
+    assert index.lookup("POST", "api.example", "/v1/x", b'{"q": "only cut"}') == 3
+    episodes = RequestIndex(store, Redactor(b"k"), rerecord_cut=True)
+    assert episodes.lookup("POST", "api.example", "/v1/x", b'{"q": "hi"}') == 2
+    miss = episodes.lookup("POST", "api.example", "/v1/x", b'{"q": "only cut"}')
+    assert isinstance(miss, Miss) and miss.kind is MissKind.CUT
+    assert "recording POST api.example/v1/x again: its recording(s) on the tape (#3)" in (
+        miss.message
+    )
+    recorded(w, "d" * 32, b'{"q": "only cut"}')  # recorded again, whole
+    assert episodes.lookup("POST", "api.example", "/v1/x", b'{"q": "only cut"}') == 4
+    w.close()
+    store.close()
+
+
+def test_a_miss_is_a_typed_value_named_as_its_reader_knows_recordings(tmp_path: Path) -> None:
+    """The index names recordings as it is told (a test: by cassette line), so the 404's
+    body and the report say the same; a prompt that looks like a name ("#1 ") is left as it
+    is; the typed JSON in the 404's body gives the same miss back."""
+    store = Store.open(str(tmp_path / "t.db"))
+    w = Writer(store)
+    w.start()
+    recorded(w, "a" * 32, b'{"q": "see #1 here"}')
+    index = RequestIndex(store, Redactor(b"k"), name=lambda xid: f"cassette line {xid + 1}")
+    miss = index.lookup("POST", "api.example", "/v1/x", b'{"q": "see #1 there"}')
+    assert isinstance(miss, Miss)
+    assert "nearest is cassette line 2: POST https://api.example/v1/x" in miss.message
+    assert "(recorded 'see #1 here', requested 'see #1 there')" in miss.message
+    error = orjson.loads(miss.body())["error"]
+    assert error["message"] == miss.message
+    assert error["nearest"][0]["name"] == "cassette line 2"
+    assert Miss.from_json(error["miss"]) == miss
     w.close()
     store.close()

@@ -166,3 +166,17 @@ def test_chat(ssetape):
     result = run_pytest(tmp_path, "--ssetape-confdir", str(confdir), "--ssetape-max-age", "90d")
     assert "1 passed" in result.stdout, result.stdout
     assert "older than the max age" not in result.stdout
+
+
+def test_max_age_names_a_cassette_it_cannot_date(tmp_path: Path) -> None:
+    """No started_at, no Date header (what the plugin records from an upstream that sends
+    none): the age is unknown, and the run says so, naming the cassette, instead of passing
+    it as fresh in silence."""
+    cassette = tmp_path / "cassettes" / "test_age" / "test_old.jsonl"
+    write_cassette(cassette, [exchange(chat("old"))])
+    (tmp_path / "test_age.py").write_text(TESTS)
+    result = run_pytest(tmp_path, "--ssetape-max-age", "90d", "-k", "test_old")
+    assert "1 passed" in result.stdout, result.stdout + result.stderr
+    assert f"{cassette}: no recording in it is dated" in result.stdout
+    assert "age is unknown to --ssetape-max-age 90d" in result.stdout
+    assert "older than the max age" not in result.stdout

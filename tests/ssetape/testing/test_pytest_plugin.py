@@ -139,7 +139,9 @@ def test_record_once_then_replay_offline(
     assert time.monotonic() - t < 30
     text = result.stdout.str()
     assert "body.messages[0].content (recorded 'hi', requested 'bye')" in text
-    assert "nearest is cassette line 2: POST" in text
+    # One name for the nearest recording (the 404's body, the log, the report), with its port.
+    assert f"nearest is cassette line 2: POST {upstream}/v1/chat/completions" in text
+    assert "nearest is #" not in text
     assert "test_swallowed - ssetape: 1 request(s) not in cassette" in text
     assert "--ssetape-record-mode=new_episodes" in text
 
