@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["UNMODELLED", "Finding", "FindingCode"]
+__all__ = ["NOTES", "UNMODELLED", "Finding", "FindingCode"]
 
 
 class FindingCode(StrEnum):
@@ -26,6 +26,9 @@ class FindingCode(StrEnum):
 
 # The detail of UNKNOWN_API.
 UNMODELLED = "No API ssetape models claimed this stream: its events and timing are kept, unchecked."
+# Codes that say what a stream is, not a rule it broke: shown and stored with the findings,
+# never a failure of the plugin's assert_no_findings or --ssetape-strict.
+NOTES: frozenset[str] = frozenset({FindingCode.UNKNOWN_API})
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,9 +62,13 @@ def parse_age(text: str) -> dt.timedelta:
     return dt.timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
 
 
-def describe_age(seconds: float) -> str:
-    days = seconds / 86400
-    return f"{days:.0f} days" if days >= 2 else f"{seconds / 3600:.0f} hours"
+def describe_age(seconds: float, limit: str) -> str:
+    """An age in the unit the max age was written in, so the two read side by side:
+    ``36h old (max 12h)``, ``5s old (max 1s)``; one decimal below ten of it."""
+    m = _AGE.fullmatch(limit)
+    unit = m.group(2) if m is not None else "d"
+    value = seconds / _UNITS[unit]
+    return f"{value:.1f}{unit}" if value < 10 else f"{value:,.0f}{unit}"
 
 
 def read_lines(path: Path) -> Iterator[bytes]:
@@ -152,7 +156,8 @@ class Stale:
         what = "re-recorded" if self.rerecorded else "replayed as it is"
         return (
             f"{one_line(self.cassette)}: recorded {self.recorded[:10]}, "
-            f"{describe_age(self.age_s)} old (max {one_line(self.limit)}), {what}"
+            f"{describe_age(self.age_s, self.limit)} old (max {one_line(self.limit.strip())}), "
+            f"{what}"
         )
 
 

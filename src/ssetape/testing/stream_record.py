@@ -10,22 +10,22 @@ The checks a test makes on them, one line each, are :mod:`ssetape.testing.stream
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ssetape.analysis.analyzer import Analyzer
-from ssetape.analysis.profiles import profile_or_none
+from ssetape.analysis.content_events import ContentEvents
+from ssetape.analysis.findings import NOTES
 from ssetape.replay.request_index import Miss, RequestIndex
 from ssetape.vocabulary import ExchangeState
 
 # The store's layers load SQLAlchemy: only a test that reads its streams pays for them.
 if TYPE_CHECKING:
-    from ssetape.analysis.profiles import Profile
     from ssetape.storage.models import Exchange
     from ssetape.storage.queries import Queries
 
@@ -125,32 +125,13 @@ def event_name(event: str | None, data: str | None, raw: bytes = b"") -> str:
     return "data"
 
 
-class _ContentScan(Analyzer):
-    """The analysis itself tells which events carry content, so the checks measure TTFT and
-    gaps on exactly the events the stored figures came from (it is fed as Knowledge feeds
-    it: events for SSE, wire chunks for a JSON-array stream)."""
-
-    def __init__(self, *, method: str, path: str, request_body: bytes | None,
-                 profile: Profile | None) -> None:  # fmt: skip
-        super().__init__(method=method, path=path, request_body=request_body, profile=profile)
-        self.carried = False
-
-    def _feed(self, seq: int, event: str | None, data: str) -> bool:
-        carried = super()._feed(seq, event, data)
-        self.carried = self.carried or carried
-        return carried
-
-
 @dataclass(frozen=True, slots=True)
 class _Source:
     """Where a record's events are read from, and what re-reading them needs."""
 
     queries: Queries
     exchange_id: int
-    method: str
-    path: str
-    request_body: bytes | None
-    profile: str | None
+    content: Callable[[], ContentEvents]  # a reader of which events carried content
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +190,10 @@ class StreamRecord:
         """The events that carried content (text, reasoning, tool arguments, refusal): those
         TTFT and the gaps are measured on, as the analysis chose them."""
         src = self._source
-        scan = _ContentScan(method=src.method, path=src.path, request_body=src.request_body,
-                            profile=profile_or_none(src.profile))  # fmt: skip
-        for seq, offset_us, event, data, raw in src.queries.event_rows(src.exchange_id):
-            scan.carried = False
-            scan.feed_row(seq, offset_us, event, data, bytes(raw))
-            if scan.carried:
+        reader = src.content()
+        rows = src.queries.event_rows(src.exchange_id)
+        for seq, offset_us, event, data, raw in rows:
+            if reader.carried(seq, offset_us, event, data, bytes(raw)):
                 yield StreamEvent(seq, offset_us / 1000, event_name(event, data, raw), data)
 
 
@@ -228,7 +207,9 @@ def _record(
         for c in details.get("tool_calls") or []
         if isinstance(c, dict)
     )
-    source = _Source(queries, x.id, x.method, x.path, x.request_body, x.profile)
+    # The analysis itself tells which events carry content (analysis.content_events), so
+    # the checks measure TTFT and gaps on exactly the events the stored figures came from.
+    source = _Source(queries, x.id, functools.partial(ContentEvents.of, x))
     usage = Usage(x.input_tokens, x.output_tokens, x.total_tokens, x.cache_read_tokens,
                   x.cache_write_tokens, x.reasoning_tokens)  # fmt: skip
     gaps = Gaps(_ms(x.gap_median_us), _ms(x.gap_p95_us), _ms(x.gap_max_us))
@@ -267,7 +248,9 @@ def read_records(
         x = by_id.get(xid)
         if x is None:
             continue
-        found = [StreamFinding(f.code, f.event_seq, f.detail) for f in queries.findings(xid)]
+        # A stream's findings are the rules it broke; a note (an API no rules model) is none.
+        found = [StreamFinding(f.code, f.event_seq, f.detail) for f in queries.findings(xid)
+                 if f.code not in NOTES]  # fmt: skip
         out.append(_record(len(out) + 1, x, queries, found, lines.get(xid)))
     return out
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from ssetape.simulator.simulator import Simulator
-from ssetape.testing.age import parse_age, recorded_dates
+from ssetape.testing.age import describe_age, parse_age, recorded_dates
 from tests.conftest import SIM_SPEED
 from tests.ssetape.testing.hygiene_cassettes import (
     UPSTREAM,
@@ -84,7 +84,7 @@ def test_max_age_reports_old_cassettes_and_orphans(project: Path) -> None:
     assert "(max 90d), replayed as it is" in section
     # The marker's limit wins over the command line's: 40 days is more than 30.
     assert f"{folder / 'test_marker.jsonl'}: recorded " in section
-    assert "40 days old (max 30d)" in section
+    assert "40d old (max 30d)" in section
     assert "test_fresh.jsonl" not in section.split("recordings no test replayed")[0]
 
     doc = _json(out)
@@ -180,3 +180,12 @@ def test_max_age_names_a_cassette_it_cannot_date(tmp_path: Path) -> None:
     assert f"{cassette}: no recording in it is dated" in result.stdout
     assert "age is unknown to --ssetape-max-age 90d" in result.stdout
     assert "older than the max age" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("age_s", "limit", "said"),
+    [(5, "1s", "5.0s"), (3 * 3600, " 1h ", "3.0h"), (40 * 86400, "30d", "40d"),
+     (0.3, "1s", "0.3s"), (400 * 86400, "52w", "57w")],
+)  # fmt: skip
+def test_an_age_is_told_in_the_unit_of_its_limit(age_s: float, limit: str, said: str) -> None:
+    assert describe_age(age_s, limit) == said
