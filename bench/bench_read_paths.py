@@ -1,4 +1,5 @@
-"""Read paths on long recordings: `show`, HAR export, replay at speed 0, replay's start.
+"""Read paths on long recordings: `show`, HAR and cassette export, replay at speed 0, replay's
+start.
 
     python -m bench.bench_read_paths [--events 2000000] [--replay-events 200000]
 
@@ -104,6 +105,7 @@ def main() -> None:
             ("  --json", [ssetape, "show", "1", "--json", "--db", long_db]),
             ("  --timeline", [ssetape, "show", "1", "--timeline", "--db", long_db]),
             ("  HAR export", [ssetape, "export", "-o", "-", "--format", "har", "--db", long_db]),
+            ("  cassette export", [ssetape, "export", "-o", "-", "--db", long_db]),
             ("show of 200,000 headers", [ssetape, "show", "1", "--db", head_db]),
         ]
         if args.full_json:

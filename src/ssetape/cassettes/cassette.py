@@ -12,8 +12,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection
-
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.cassettes.codec import CassetteError
 from ssetape.cassettes.format import MAX_BYTES, MAX_LINE_BYTES, ImportReport, read_records
@@ -23,10 +21,10 @@ from ssetape.cassettes.store_io import (
     insert_exchange,
     insert_rows,
     redacted,
-    set_event_count,
     write_cassette,
 )
 from ssetape.files import private_file
+from ssetape.storage.cassette_rows import CassetteRows, Inserts
 from ssetape.storage.store import Store
 
 __all__ = ["Cassette", "CassetteError", "ImportReport"]
@@ -122,8 +120,8 @@ class Cassette:
         first = next(records, None)  # the header is read: its redacted fields are known
         # Outside the transaction (SQLite has one writer); the fields are kept on success only.
         redactor = store.redactor((), report.redact_fields, keep=False)
-        with store.engine.begin() as conn:
-            target = _Target(conn, report)
+        with CassetteRows(store).importing() as inserts:
+            target = _Target(inserts, report)
             for number, kind, values in chain([first] if first else [], records):
                 if kind != "exchange":
                     if target.add(kind, values) and progress is not None:
@@ -161,8 +159,8 @@ class _Target:
     """The exchange an import is adding rows to: its events and chunks go in by the batch,
     so a two-million-event exchange costs a batch of memory, not two million rows."""
 
-    def __init__(self, conn: Connection, report: ImportReport) -> None:
-        self.conn = conn
+    def __init__(self, inserts: Inserts, report: ImportReport) -> None:
+        self.inserts = inserts
         self.report = report
         self.xid: int | None = None  # None: no exchange yet, or one the store has (skipped)
         self.counted = True  # whether the exchange line carried its event count (version 1)
@@ -171,7 +169,7 @@ class _Target:
 
     def open(self, number: int, values: dict[str, Any]) -> None:
         self.counted = "event_count" in values
-        self.xid = insert_exchange(self.conn, self.report, number, values)
+        self.xid = insert_exchange(self.inserts, self.report, number, values)
         self.events = 0
 
     def add(self, kind: str, values: dict[str, Any]) -> bool:
@@ -191,7 +189,7 @@ class _Target:
         self._flush("event")
         self._flush("chunk")
         if not self.counted:
-            set_event_count(self.conn, self.xid, self.events)
+            self.inserts.event_count(self.xid, self.events)
         self.xid = None
 
     def _flush(self, kind: str) -> None:
@@ -199,5 +197,5 @@ class _Target:
         rows = self.rows[kind]
         if kind == "event":
             self.events += len(rows)
-        insert_rows(self.conn, self.report, kind, rows, self.xid)
+        insert_rows(self.inserts, self.report, kind, rows, self.xid)
         self.rows[kind] = []

@@ -14,17 +14,11 @@ import datetime as dt
 from typing import Any, NamedTuple, cast
 
 import orjson
-from sqlalchemy import Column, Table, TypeDecorator
 
 from ssetape.analysis.knowledge import KNOWLEDGE_COLUMNS
 from ssetape.cassettes.constraints import check
-from ssetape.storage.models import Chunk, Event, Exchange
+from ssetape.storage.cassette_rows import ColumnSpec, columns
 
-TABLES = {
-    "exchange": cast(Table, Exchange.__table__),
-    "event": cast(Table, Event.__table__),
-    "chunk": cast(Table, Chunk.__table__),
-}
 # Ids are the store's own and never leave it.
 _SKIP = {"exchange": {"id"}, "event": {"exchange_id"}, "chunk": {"exchange_id"}}
 # Read when present (format 1 wrote them) but not written: what changes on every recording of
@@ -60,17 +54,9 @@ class _Column(NamedTuple):
     required: bool
 
 
-def _column(col: Column[Any]) -> _Column:
-    typ: Any = col.type
-    if isinstance(typ, TypeDecorator):  # e.g. UTCDateTime: what it stores is its impl's type
-        typ = typ.impl_instance
-    try:
-        py: type = typ.python_type
-    except NotImplementedError:
-        py = object
-    kind = next((k for t, k in _KINDS if issubclass(py, t)), "json")
-    has_default = col.default is not None or col.server_default is not None
-    return _Column(col.name, kind, bool(col.nullable), not col.nullable and not has_default)
+def _column(spec: ColumnSpec) -> _Column:
+    kind = next((k for t, k in _KINDS if issubclass(spec.python_type, t)), "json")
+    return _Column(spec.name, kind, spec.nullable, spec.required)
 
 
 def encode_bytes(value: bytes) -> str | dict[str, str]:
@@ -92,9 +78,7 @@ def short(value: Any) -> str:
 class CassetteCodec:
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.columns = {
-            c.name: _column(c) for c in TABLES[kind].columns if c.name not in _SKIP[kind]
-        }
+        self.columns = {c.name: _column(c) for c in columns(kind) if c.name not in _SKIP[kind]}
         self.written = {n: c for n, c in self.columns.items() if n not in NOT_WRITTEN[kind]}
 
     def encode(self, row: dict[str, Any], uid: str) -> bytes:

@@ -40,8 +40,9 @@ from typing import Any
 
 import orjson
 
-from ssetape.cassettes.codec import TABLES, CassetteCodec, CassetteError, short
+from ssetape.cassettes.codec import CassetteCodec, CassetteError, short
 from ssetape.framing.framings import FRAMINGS, Framing, frame_fields, framing_of_headers
+from ssetape.storage.cassette_rows import KINDS, columns
 
 __all__ = [
     "FORMAT_VERSION",
@@ -91,7 +92,7 @@ def read_records(
     Unknown keys are dropped (and noted in ``report``); everything else that is wrong
     raises CassetteError naming the line.
     """
-    codecs = {kind: CassetteCodec(kind) for kind in TABLES}
+    codecs = {kind: CassetteCodec(kind) for kind in KINDS}
     seen_uids: dict[str, int] = {}
     last_seq: dict[str, int | None] = {"event": None, "chunk": None}
     have_exchange = False
@@ -252,7 +253,7 @@ _QUOTED = _Quoted(
         "b64",
         HEADER_KEY,
         "redact_fields",
-        *(c.name for t in TABLES.values() for c in t.columns),
+        *(c.name for kind in KINDS for c in columns(kind)),
     )
 )
 

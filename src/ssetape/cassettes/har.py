@@ -14,23 +14,20 @@ import codecs
 import importlib.metadata
 import secrets
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 from urllib.parse import parse_qsl
 
 import orjson
-from sqlalchemy import Table, select
 
 from ssetape.cassettes.codec import CassetteError
-from ssetape.cassettes.store_io import Narrow, Progress, scrubber, select_ids
+from ssetape.cassettes.store_io import Progress, scrubber
 from ssetape.decoders import decode
 from ssetape.files import private_file
 from ssetape.http_fields import origin
-from ssetape.storage.models import Event, Exchange
+from ssetape.storage.cassette_rows import CassetteRows, Narrow
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
-_EXCHANGES = cast(Table, Exchange.__table__)
-_EVENTS = cast(Table, Event.__table__)
 _BATCH = 200
 _BATCH_EVENTS = 50_000  # events of one batch read at once, at most
 
@@ -158,44 +155,28 @@ class Har:
             version = "0"
         log = {"version": "1.2", "creator": {"name": "ssetape", "version": version}}
         out.write(b'{"log":' + orjson.dumps(log)[:-1] + b',"entries":[\n')
-        order = (_EXCHANGES.c.started_at, _EXCHANGES.c.id)
-        with self.store.engine.connect() as conn:
-            ids = list(conn.execute(select_ids(narrow, *order)).scalars())
-            first = True
-            for start in range(0, len(ids), _BATCH):
-                batch = ids[start : start + _BATCH]
-                rows = {
-                    r.id: dict(r._mapping)
-                    for r in conn.execute(select(_EXCHANGES).where(_EXCHANGES.c.id.in_(batch)))
-                }
-                # Short streams are read together; a long one (or one past the batch's
-                # budget) apart, a page at a time, as it is written.
-                budget, together = _BATCH_EVENTS, []
-                for xid, row in rows.items():
-                    if (row["event_count"] or 0) <= budget:
-                        budget -= row["event_count"] or 0
-                        together.append(xid)
-                events: dict[int, list[dict[str, Any]]] = {}
-                q = select(_EVENTS).where(_EVENTS.c.exchange_id.in_(together))
-                for r in conn.execute(q.order_by(_EVENTS.c.exchange_id, _EVENTS.c.seq)):
-                    events.setdefault(r.exchange_id, []).append(dict(r._mapping))
-                for xid in batch:
-                    if xid not in rows:
-                        continue
-                    if not first:
-                        out.write(b",\n")
-                    first = False
-                    try:
-                        if xid in together or not rows[xid]["is_stream"]:
-                            out.write(orjson.dumps(self.entry(rows[xid], events.get(xid, []))))
-                        else:
-                            self._write_long(out, rows[xid])
-                    except orjson.JSONEncodeError as e:
-                        raise CassetteError(
-                            f"cannot write exchange {rows[xid]['uid']}: {e}"
-                        ) from None
-                if progress is not None:
-                    progress(min(start + _BATCH, len(ids)), len(ids))
+        # A batch of exchanges at a time; their short streams read together, a long one
+        # (or one past the batch's budget) apart, a page at a time, as it is written.
+        reads = CassetteRows(self.store, together=_BATCH_EVENTS)
+        ids = reads.ids(narrow, "time")
+        first = True
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+            rows = reads.exchanges(batch)
+            present = [xid for xid in batch if xid in rows]
+            for xid, events in reads.children("event", present):
+                if not first:
+                    out.write(b",\n")
+                first = False
+                try:
+                    if events is not None or not rows[xid]["is_stream"]:
+                        out.write(orjson.dumps(self.entry(rows[xid], events or [])))
+                    else:
+                        self._write_long(out, rows[xid])
+                except orjson.JSONEncodeError as e:
+                    raise CassetteError(f"cannot write exchange {rows[xid]['uid']}: {e}") from None
+            if progress is not None:
+                progress(min(start + _BATCH, len(ids)), len(ids))
         out.write(b"\n]}}\n")
         return len(ids)
 

@@ -7,15 +7,15 @@ Exports read the store in batches and write lines with the codecs; imports inser
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import IO, Any
 
-from sqlalchemy import Connection, Select, Table, insert, select, update
-
-from ssetape.cassettes.codec import TABLES, CassetteCodec
+from ssetape.cassettes.codec import CassetteCodec
 from ssetape.cassettes.format import ImportReport, header_line
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.redactor import Redactor
+from ssetape.storage.cassette_rows import KINDS, CassetteRows, Inserts, Narrow
 from ssetape.storage.store import Store
 
 __all__ = [
@@ -25,16 +25,13 @@ __all__ = [
     "insert_rows",
     "redacted",
     "scrubber",
-    "select_ids",
-    "set_event_count",
     "write_cassette",
 ]
 
-_EXCHANGES, _EVENTS, _CHUNKS = TABLES["exchange"], TABLES["event"], TABLES["chunk"]
 _BATCH = 200
+_LINES = 256  # cassette lines written at once
 
 Progress = Callable[[int, int], None]  # (done, total)
-Narrow = Callable[[Select[Any]], Select[Any]]  # adds WHERE clauses to a select of exchanges
 
 
 def scrubber(store: Store) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -81,89 +78,62 @@ def _request_known(row: dict[str, Any]) -> bool:
 
 
 def insert_exchange(
-    conn: Connection, report: ImportReport, number: int, values: dict[str, Any]
+    inserts: Inserts, report: ImportReport, number: int, values: dict[str, Any]
 ) -> int | None:
     """Insert one exchange (cassette line ``number``); its id, or None when the store has its
     uid already (noted in ``report``). Its events and chunks follow with :func:`insert_rows`,
     a batch at a time: an exchange's lines are never all held at once."""
-    if conn.execute(select(_EXCHANGES.c.id).where(_EXCHANGES.c.uid == values["uid"])).first():
+    xid = inserts.exchange(values)
+    if xid is None:
         report.skipped += 1
         return None
-    xid: int = conn.execute(insert(_EXCHANGES).returning(_EXCHANGES.c.id), values).scalar_one()
     report.lines[xid] = number
     report.exchanges += 1
     return xid
 
 
 def insert_rows(
-    conn: Connection, report: ImportReport, kind: str, rows: list[dict[str, Any]], xid: int
+    inserts: Inserts, report: ImportReport, kind: str, rows: list[dict[str, Any]], xid: int
 ) -> None:
     """A batch of exchange ``xid``'s events or chunks (``kind``)."""
-    if rows:
-        table = TABLES[kind]
-        conn.execute(insert(table), _uniform(table, rows, xid))
+    inserts.rows(kind, rows, xid)
     if kind == "event":
         report.events += len(rows)
     else:
         report.chunks += len(rows)
 
 
-def set_event_count(conn: Connection, xid: int, count: int) -> None:
-    """Cassettes from version 2 leave the count out: it is what the import inserted."""
-    conn.execute(update(_EXCHANGES).where(_EXCHANGES.c.id == xid).values(event_count=count))
-
-
-def _uniform(table: Table, rows: list[dict[str, Any]], xid: int) -> list[dict[str, Any]]:
-    """Rows with the same keys: an executemany takes its columns from the first row only, so
-    a key the first row lacks (an empty optional field) would be dropped from every row."""
-    keys = set().union(*rows)
-    defaults = {
-        k: getattr(c.default, "arg", None)
-        if c.default is not None and c.default.is_scalar
-        else None
-        for k, c in table.c.items()
-        if k in keys
-    }
-    return [{**defaults, **r, "exchange_id": xid} for r in rows]
-
-
-def select_ids(narrow: Narrow | None, *order: Any) -> Select[Any]:
-    stmt = select(_EXCHANGES.c.id)
-    return (narrow(stmt) if narrow is not None else stmt).order_by(*order)
-
-
 def write_cassette(
     store: Store, out: IO[bytes], narrow: Narrow | None = None, *, progress: Progress | None = None
 ) -> int:
-    """Write a whole cassette (header and lines) to ``out``; returns the exchange count."""
-    codecs = {kind: CassetteCodec(kind) for kind in TABLES}
+    """Write a whole cassette (header and lines) to ``out``; returns the exchange count. A
+    batch of exchanges is held at a time, and of their events those that fit the budget
+    together, or one page of a long stream: never a whole million-event exchange."""
+    codecs = {kind: CassetteCodec(kind) for kind in KINDS}
     scrub = scrubber(store)
-    order = (_EXCHANGES.c.fingerprint, _EXCHANGES.c.started_at, _EXCHANGES.c.id)
-    with store.engine.connect() as conn:
-        ids = list(conn.execute(select_ids(narrow, *order)).scalars())
-        out.write(header_line(store.redact_fields()))
-        for start in range(0, len(ids), _BATCH):
-            batch = ids[start : start + _BATCH]
-            found = conn.execute(select(_EXCHANGES).where(_EXCHANGES.c.id.in_(batch)))
-            exchanges = {r.id: dict(r._mapping) for r in found}
-            children: dict[str, dict[int, list[dict[str, Any]]]] = {}
-            for kind in ("event", "chunk"):
-                table = TABLES[kind]
-                q = select(table).where(table.c.exchange_id.in_(batch))
-                q = q.order_by(table.c.exchange_id, table.c.seq)
-                by_id: dict[int, list[dict[str, Any]]] = {}
-                for r in conn.execute(q):
-                    by_id.setdefault(r.exchange_id, []).append(dict(r._mapping))
-                children[kind] = by_id
-            for xid in batch:
-                x = exchanges.get(xid)
-                if x is None:
-                    continue  # deleted while exporting
-                uid = x["uid"]
-                lines = [codecs["exchange"].encode(scrub(x), uid)]
-                for kind in ("event", "chunk"):
-                    lines += [codecs[kind].encode(r, uid) for r in children[kind].get(xid, [])]
-                out.write(b"".join(lines))
-            if progress is not None:
-                progress(min(start + _BATCH, len(ids)), len(ids))
+    rows = CassetteRows(store)
+    ids = rows.ids(narrow, "request")
+    out.write(header_line(store.redact_fields()))
+    for start in range(0, len(ids), _BATCH):
+        batch = ids[start : start + _BATCH]
+        exchanges = rows.exchanges(batch)
+        present = [xid for xid in batch if xid in exchanges]  # not deleted while exporting
+        events, chunks = rows.children("event", present), rows.children("chunk", present)
+        for (xid, its_events), (_, its_chunks) in zip(events, chunks, strict=True):
+            x = exchanges[xid]
+            uid = x["uid"]
+            out.write(codecs["exchange"].encode(scrub(x), uid))
+            for kind, children in (("event", its_events), ("chunk", its_chunks)):
+                encode = codecs[kind].encode
+                rows_of = rows.pages(kind, xid) if children is None else children
+                for line in _chunked((encode(r, uid) for r in rows_of), _LINES):
+                    out.write(line)
+        if progress is not None:
+            progress(min(start + _BATCH, len(ids)), len(ids))
     return len(ids)
+
+
+def _chunked(lines: Iterator[bytes], n: int) -> Iterator[bytes]:
+    """Lines joined ``n`` at a time: fewer writes, a bounded buffer."""
+    while block := list(islice(lines, n)):
+        yield b"".join(block)

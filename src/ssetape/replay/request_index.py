@@ -21,18 +21,14 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, cast
 
-from sqlalchemy import func, select
-
 from ssetape.matching import Difference, canonical_request, differences, fingerprint, leaves
 from ssetape.redactor import Redactor, unmask
 from ssetape.replay.miss import CLI_ADVICE, Advice, Candidate, Miss, MissKind, Unreplayable
-from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
+from ssetape.storage.tape_reads import TapeEntry, TapeReads
 from ssetape.vocabulary import MAX_BODY, TRANSPORT_ERRORS, ExchangeState
 
 __all__ = ["Miss", "RequestIndex", "store_name"]
-
-_NEWEST = select(func.max(Exchange.id))
 
 REPLAYABLE_STATES = (
     ExchangeState.COMPLETED,
@@ -136,35 +132,14 @@ class RequestIndex:
         # committed before it came): first one cheap look at the newest id, and nothing more
         # when no recording is new or still in progress. A miss then holds the interpreter
         # lock (and, on PostgreSQL, a round trip) for a fraction of a full read.
-        with self.store.engine.connect() as conn:
-            newest = conn.execute(_NEWEST).scalar()
-            if newest is None or (newest == self._newest and self._floor >= newest):
-                return
-            rows = conn.execute(
-                select(
-                    Exchange.id,
-                    Exchange.state,
-                    Exchange.status,
-                    Exchange.error,
-                    Exchange.method,
-                    Exchange.scheme,
-                    Exchange.host,
-                    Exchange.port,
-                    Exchange.path,
-                    Exchange.query,
-                    Exchange.request_body,
-                    Exchange.gap_seq,
-                )
-                .where(Exchange.id > self._floor)
-                # Pruned to its summary (`ssetape prune --events-only`): nothing to play.
-                .where(Exchange.events_pruned_at.is_(None))
-                .order_by(Exchange.id)
-            ).all()
+        newest, rows = TapeReads(self.store).entries_after(self._floor, self._newest)
+        if newest is None or rows is None:
+            return
         with self._lock:
             self._merge(rows)
             self._newest = max(self._newest, newest)
 
-    def _merge(self, rows: Sequence[Any]) -> None:  # with the lock held
+    def _merge(self, rows: Sequence[TapeEntry]) -> None:  # with the lock held
         floor = None
         for xid, state, status, error, method, scheme, host, port, path, query, body, gap in rows:
             if state == ExchangeState.RECORDING:
