@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "stats": (
         "ssetape.cli.audit:stats",
-        "Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group.",
+        "Count, failed count and rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group.",
     ),
     "reindex": (
         "ssetape.cli.audit:reindex",
