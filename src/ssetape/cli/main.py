@@ -34,6 +34,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Recompute the stream knowledge (api, model, outcome, usage, timing, findings) and "
         "each exchange's price at the rates of its day.",
     ),
+    "db": (
+        "ssetape.cli.db:db",
+        "The store's schema: `db status` says which revision it is at and which this ssetape "
+        "wants, changing nothing.",
+    ),
     "prune": (
         "ssetape.cli.audit:prune",
         "Delete what started before a cut, in short batches, safe while recorders write.",
