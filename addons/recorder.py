@@ -4,7 +4,8 @@ Load it into plain mitmproxy with ``mitmdump -s addons/recorder.py --set ssetape
 Nothing here blocks the event loop, and little runs on it: the stream callable only stamps each
 chunk and hands it to the recording process (``RecordLink``), which parses and stores; large
 request bodies are redacted and fingerprinted in a worker thread, and those over ``MAX_BODY``
-(or of unknown length) stream through to the upstream, hashed as they pass, never held whole.
+(or of unknown length) stream through to the upstream, hashed as they pass, never held whole;
+so do response bodies over ``ssetape_max_response_body`` (``response_body``), to the client.
 Every offset, TTFB and duration is measured on the monotonic clock (``recording.clock``).
 """
 
@@ -42,14 +43,19 @@ from ssetape.addons.request_body import (
     tap_if_large,
     tapped,
 )
-from ssetape.analysis.apis import streams_array
+from ssetape.addons.response_body import (
+    add_response_body_option,
+    is_streamed,
+    response_body_fields,
+    tap_response,
+)
 from ssetape.analysis.profiles import (
     DEFAULT_PROFILE,
     parse_profile_overrides,
     profile_for,
     profile_names,
 )
-from ssetape.framing.framings import FRAMINGS, framing_of
+from ssetape.framing.framings import framing_of
 from ssetape.recording import clock
 from ssetape.recording.body_tap import BodyTap
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
@@ -65,26 +71,10 @@ log = logging.getLogger("ssetape.recorder")
 META = "ssetape"
 REPLAYED = "ssetape_replayed"
 SESSION = "ssetape_session"  # the session the request's header named
-# What a framing cuts into events is a stream (SSE, NDJSON, AWS event streams).
-STREAM_TYPES = tuple(t for spec in FRAMINGS.values() for t in spec.content_types)
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
 READY_WAIT = 30.0  # seconds the proxy's start waits for the recording process, at most
 STOPPED = "recorder stopped before the exchange ended"
 MOVED = "the store changed (ssetape_db) before the exchange ended"
-
-
-def is_streamed(response: http.Response, path: str = "") -> bool:
-    """Bodies we pass through chunk by chunk instead of letting mitmproxy buffer them."""
-    ctype = response.headers.get("content-type", "").lower()
-    if ctype.startswith(STREAM_TYPES):
-        return True
-    if "content-length" in response.headers:
-        return False
-    if ctype.startswith("application/json"):
-        # A JSON answer is one body, except on a path whose stream is a JSON array sent in
-        # pieces (Gemini without alt=sse): that one is relayed and timed chunk by chunk.
-        return streams_array(path)
-    return response.status_code not in (204, 304)
 
 
 def end_state(msg: str, has_response: bool) -> str:
@@ -144,6 +134,7 @@ class Recorder:
             "Bytes a content-encoded stream is decoded to for its events; past that only its "
             "wire bytes are stored (a small compressed body can inflate to gigabytes).",
         )
+        add_response_body_option(loader)
         loader.add_option(
             "ssetape_profile",
             Sequence[str],
@@ -178,6 +169,7 @@ class Recorder:
         # Read by each stream as it begins: a change applies to the streams after it.
         at_least("ssetape_max_event", ctx.options.ssetape_max_event, 1024)
         at_least("ssetape_max_decoded", ctx.options.ssetape_max_decoded, 1 << 20)
+        at_least("ssetape_max_response_body", ctx.options.ssetape_max_response_body, 1024)
         try:
             self.profiles = parse_profile_overrides(ctx.options.ssetape_profile)
         except ValueError as e:
@@ -306,6 +298,8 @@ class Recorder:
             # it whole). Replayed responses are the replayer's to stream.
             if streamed and REPLAYED not in flow.metadata and not resp.stream:
                 resp.stream = True
+            elif REPLAYED not in flow.metadata:
+                tap_response(resp, ctx.options.ssetape_max_response_body, recorded=False)
             return
         uid = meta["uid"]
         self.link.update(
@@ -328,6 +322,8 @@ class Recorder:
             )
             resp.stream = self._stamper(self.link, uid, meta["t0"])
             meta["streamed"] = True
+        else:  # one body: past the bound (or of unknown length) it streams through a tap
+            tap_response(resp, ctx.options.ssetape_max_response_body, recorded=True)
 
     @staticmethod
     def _stamper(link: RecordLink, uid: str, t0: int) -> Callable[[bytes], bytes]:
@@ -366,7 +362,10 @@ class Recorder:
             # Its hooks run as the response ends (or fails): now is its end.
             fields["duration_us"] = now
             if not meta.get("streamed") and state == ExchangeState.COMPLETED:
-                fields["response_body"] = resp.raw_content
+                body, missed = response_body_fields(resp)
+                fields.update(body)
+                if missed is not None:
+                    fields["error"] = f"{error}; {missed}" if error else missed
         self.link.finish(uid, now, fields)
 
     def done(self) -> None:

@@ -107,7 +107,7 @@ class CassetteRows:
         :meth:`pages` reads a page at a time."""
         table = TABLES[kind]
         with self.store.engine.connect() as conn:
-            counts = dict(
+            counts: dict[int, int] = dict(
                 conn.execute(
                     select(table.c.exchange_id, func.count())
                     .where(table.c.exchange_id.in_(ids))

@@ -35,6 +35,8 @@ __all__ = [
     "StoreUnwritable",
     "check_writable",
     "create_store_engine",
+    "describe",
+    "is_transient",
     "one_line",
     "prepare_sqlite_file",
     "resolve_target",
@@ -56,6 +58,23 @@ def one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
     msg = lines[0] if lines else type(orig).__name__
     return msg[:300]
+
+
+def describe(exc: BaseException) -> str:
+    """The error's class (the driver's, not SQLAlchemy's wrapper) and its one line."""
+    return f"{type(exc.orig if isinstance(exc, DBAPIError) else exc).__name__}: {one_line(exc)}"
+
+
+# By PEP 249 class names, so raw driver errors count as well as SQLAlchemy's wrappers.
+_TRANSIENT = frozenset(("OperationalError", "InterfaceError", "TimeoutError", "StoreUnwritable"))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether the store, not the statement, failed (down, locked, full, cut off): the same
+    statement can succeed later, and no other one can now."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return any(c.__name__ in _TRANSIENT for c in type(exc).__mro__)
 
 
 def _json_dumps(obj: Any) -> str:

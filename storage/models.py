@@ -8,6 +8,7 @@ Change them only together with a new migration.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 from sqlalchemy import (
@@ -127,6 +128,10 @@ class Json(_NoNul):
         return bool(self.impl_instance.should_evaluate_none)
 
 
+# One past the largest count a Count column holds.
+COUNT_END = 2**31
+
+
 class Count(TypeDecorator[int]):
     """A count an upstream reports (tokens): one past what the column holds (PostgreSQL's
     INTEGER is 32-bit) is stored as unknown, NULL, on every backend, rather than failing the
@@ -136,7 +141,31 @@ class Count(TypeDecorator[int]):
     cache_ok = True
 
     def process_bind_param(self, value: int | None, dialect: Dialect) -> int | None:
-        return value if value is None or -(2**31) <= value < 2**31 else None
+        return value if value is None or -COUNT_END <= value < COUNT_END else None
+
+
+class Wide(TypeDecorator[int]):
+    """A derived 64-bit figure (a cost in nano-dollars, a time in microseconds): one past
+    what BIGINT holds is stored as unknown, NULL, as :class:`Count` does, rather than failing
+    the transaction of a whole batch (SQLite's OverflowError, PostgreSQL's "bigint out of
+    range")."""
+
+    impl = BigInteger
+    cache_ok = True
+
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> int | None:
+        return value if value is None or -(2**63) <= value < 2**63 else None
+
+
+class Finite(TypeDecorator[float]):
+    """A derived float (tokens/s): infinity or NaN is stored as unknown, NULL, on every
+    backend (PostgreSQL would keep them, and JSON cannot say them)."""
+
+    impl = Float
+    cache_ok = True
+
+    def process_bind_param(self, value: float | None, dialect: Dialect) -> float | None:
+        return value if value is None or math.isfinite(value) else None
 
 
 def backend_only(dialect: str, type_: str, name: str | None, table: str | None) -> bool:
@@ -239,11 +268,11 @@ class Exchange(Base):
     cache_write_tokens: Mapped[int | None] = mapped_column(Count)
     reasoning_tokens: Mapped[int | None] = mapped_column(Count)
     profile: Mapped[str | None] = mapped_column(Str(32))
-    ttft_us: Mapped[int | None] = mapped_column(BigInteger)
-    gap_median_us: Mapped[int | None] = mapped_column(BigInteger)
-    gap_p95_us: Mapped[int | None] = mapped_column(BigInteger)
-    gap_max_us: Mapped[int | None] = mapped_column(BigInteger)
-    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    ttft_us: Mapped[int | None] = mapped_column(Wide)
+    gap_median_us: Mapped[int | None] = mapped_column(Wide)
+    gap_p95_us: Mapped[int | None] = mapped_column(Wide)
+    gap_max_us: Mapped[int | None] = mapped_column(Wide)
+    tokens_per_s: Mapped[float | None] = mapped_column(Finite)
     output_text: Mapped[str | None] = mapped_column(LongText)
     # refusal_text, reasoning_text, tool_calls: shown, rarely filtered on.
     details: Mapped[dict[str, Any] | None] = mapped_column(Json(none_as_null=True))
@@ -251,7 +280,7 @@ class Exchange(Base):
     # Price (migration 0006), from ssetape.cost at the rates in force at started_at: USD
     # billionths (exact sums), the genai-prices provider and model it matched, why there is
     # no price (or what it leaves out), and the price data used ("genai-prices 0.2.3").
-    cost_nusd: Mapped[int | None] = mapped_column(BigInteger)
+    cost_nusd: Mapped[int | None] = mapped_column(Wide)
     price_provider: Mapped[str | None] = mapped_column(Str(64))
     price_model: Mapped[str | None] = mapped_column(Str(200))
     price_note: Mapped[str | None] = mapped_column(LongText)
@@ -259,6 +288,11 @@ class Exchange(Base):
     # Set by `ssetape prune --events-only`: the summary above stays, the events are gone (and
     # replay does not serve the exchange).
     events_pruned_at: Mapped[dt.datetime | None] = mapped_column()
+    # A response body over ssetape_max_response_body (migration 0013): its whole size and
+    # SHA-256, and response_body holds only its first bytes; replay refuses the exchange.
+    # NULL: the body (if any) is stored whole.
+    response_body_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    response_body_sha256: Mapped[str | None] = mapped_column(Str(64))
 
     # No foreign key under events (migration 0009: PostgreSQL's check per row cost more than
     # the insert), so the ORM deletes an exchange's events itself rather than trusting the

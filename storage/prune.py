@@ -8,7 +8,12 @@ timing, cost) and its findings as the audit trail, marked ``events_pruned_at``.
 Safe beside recorders: an exchange still ``recording`` is never touched (it is counted as
 kept), and each batch is its own short transaction of at most ``batch_rows`` rows, so no prune
 holds a lock long enough to stall a writer, and one that stops half-way (Ctrl-C, a failover)
-has committed what it reports and is resumed by running it again. SQLite gives the space back
+has committed what it reports and is resumed by running it again. An exchange of more rows
+than that goes in slices of ``batch_rows`` events or chunks, a transaction each (a 10M-event
+stream in one would hold SQLite's write lock past the writers' busy timeout): the first marks
+it ``events_pruned_at`` (replay no longer serves what is left of it) and notes it in
+``settings``, so that a stop half-way through it is resumed by the next run, events-only too;
+the last deletes it (or its events-only mark) with its findings. SQLite gives the space back
 page by page on stores created with incremental auto-vacuum (every new store since 0.2), and
 through :meth:`Pruner.vacuum` on older ones.
 
@@ -30,12 +35,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ssetape.storage import partitions
-from ssetape.storage.models import Chunk, Event, Exchange, Finding
+from ssetape.storage.models import Chunk, Event, Exchange, Finding, Setting
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
 
@@ -46,6 +51,7 @@ log = logging.getLogger("ssetape.storage")
 _LOCK_NOT_AVAILABLE, _DEADLOCK = "55P03", "40P01"  # SQLSTATEs a busy detach may see
 BATCH_ROWS = 20_000  # rows (events and chunks) deleted per transaction, at most
 _CANDIDATES = 1_000  # exchanges looked at per batch
+_SLICING = "prune_slicing_"  # + exchange id: a settings key while it is pruned in slices
 
 
 @dataclass(slots=True)
@@ -101,6 +107,8 @@ class Pruner:
         self._sqlite = store.is_sqlite
         self._engine = store.writing_engine  # a batch reads, then writes
         self._dropped: list[tuple[int, int]] = []  # id ranges whose events left with a day
+        self._slicing: list[int] = []  # exchanges a stopped prune left half sliced
+        self._on_batch: Callable[[PruneReport], None] | None = None
 
     def prune(
         self,
@@ -126,10 +134,14 @@ class Pruner:
             recording = Exchange.started_at < cut, Exchange.state == ExchangeState.RECORDING
             flying = set(s.scalars(select(Exchange.id).where(*recording)))
         report.in_flight = len(flying)
+        with self._engine.connect() as conn:
+            keys = conn.scalars(select(Setting.key).where(Setting.key.startswith(_SLICING)))
+            self._slicing = [int(key.removeprefix(_SLICING)) for key in keys]
         if dry_run:
             self._count(report, flying)
             return report
         self._dropped = []
+        self._on_batch = on_batch
         self._drop_days(report, days, on_batch)
         after = 0  # exchanges are taken in id order: the last one looked at
         while (step := self._batch(report, after, flying)) is not None:
@@ -267,8 +279,8 @@ class Pruner:
             .order_by(Exchange.id)
             .limit(_CANDIDATES)
         )
-        if report.events_only:
-            stmt = stmt.where(Exchange.events_pruned_at.is_(None))
+        if report.events_only:  # and those a stopped prune marked before it was done
+            stmt = stmt.where(Exchange.events_pruned_at.is_(None) | Exchange.id.in_(self._slicing))
         found = [(row[0], row[1] or 0) for row in s.execute(stmt)]
         chunks = select(Chunk.exchange_id, func.count()).group_by(Chunk.exchange_id)
         chunks = chunks.where(Chunk.exchange_id.in_([xid for xid, _ in found]))
@@ -300,20 +312,67 @@ class Pruner:
                     rows += count
             if not ids:
                 return 0, after
-            conn = s.connection()  # its results count rows
-            report.events += conn.execute(delete(Event).where(Event.exchange_id.in_(ids))).rowcount
-            report.chunks += conn.execute(delete(Chunk).where(Chunk.exchange_id.in_(ids))).rowcount
-            if report.events_only:
-                now = dt.datetime.now(dt.UTC)
-                marked = update(Exchange).where(Exchange.id.in_(ids)).values(events_pruned_at=now)
-                report.exchanges += conn.execute(marked).rowcount
-            else:
-                where = Finding.exchange_id.in_(ids)
-                report.findings += conn.execute(delete(Finding).where(where)).rowcount
-                gone = delete(Exchange).where(Exchange.id.in_(ids))
-                report.exchanges += conn.execute(gone).rowcount
+            if rows <= self._batch_rows:
+                self._delete(s.connection(), report, ids)
+                self._forget(s.connection(), ids)
+        if rows > self._batch_rows:  # one exchange (a batch takes it alone): in slices
+            self._slice(report, ids[0])
+            with self._engine.begin() as conn:
+                self._delete(conn, report, ids)
+                self._forget(conn, ids)
         self._return_space()
         return len(ids), after
+
+    def _slice(self, report: PruneReport, xid: int) -> None:
+        """Delete exchange ``xid``'s events and chunks, ``batch_rows`` a transaction, each
+        counted as a batch; the first marks it pruned and notes it (see the module's doc)."""
+        for table, counted in ((Event, "events"), (Chunk, "chunks")):
+            while True:
+                with self._engine.begin() as conn:
+                    if table is Event and xid not in self._slicing:
+                        now = dt.datetime.now(dt.UTC)
+                        mark = update(Exchange).where(Exchange.id == xid)
+                        conn.execute(mark.values(events_pruned_at=now))
+                        conn.execute(insert(Setting).values(key=f"{_SLICING}{xid}", value=""))
+                        self._slicing.append(xid)
+                    mine = table.exchange_id == xid
+                    # The first seq of the next slice, read from the primary key.
+                    nxt = select(table.seq).where(mine).order_by(table.seq)
+                    bound = conn.scalar(nxt.offset(self._batch_rows).limit(1))
+                    stmt = delete(table).where(mine)
+                    if bound is not None:
+                        stmt = stmt.where(table.seq < bound)
+                    gone = conn.execute(stmt).rowcount
+                    setattr(report, counted, getattr(report, counted) + gone)
+                if gone:
+                    report.batches += 1
+                    if self._on_batch is not None:
+                        self._on_batch(report)
+                    self._return_space()
+                if bound is None:
+                    break
+
+    def _forget(self, conn: Connection, ids: list[int]) -> None:
+        """Their notes of being pruned in slices, now that they are done."""
+        keys = [f"{_SLICING}{xid}" for xid in ids if xid in self._slicing]
+        if keys:
+            conn.execute(delete(Setting).where(Setting.key.in_(keys)))
+
+    @staticmethod
+    def _delete(conn: Connection, report: PruneReport, ids: list[int]) -> None:
+        """The exchanges ``ids`` (their events and chunks, findings and row; events-only: their
+        events and chunks, and the mark), counted in ``report``."""
+        report.events += conn.execute(delete(Event).where(Event.exchange_id.in_(ids))).rowcount
+        report.chunks += conn.execute(delete(Chunk).where(Chunk.exchange_id.in_(ids))).rowcount
+        if report.events_only:
+            now = dt.datetime.now(dt.UTC)
+            marked = update(Exchange).where(Exchange.id.in_(ids)).values(events_pruned_at=now)
+            report.exchanges += conn.execute(marked).rowcount
+        else:
+            where = Finding.exchange_id.in_(ids)
+            report.findings += conn.execute(delete(Finding).where(where)).rowcount
+            gone = delete(Exchange).where(Exchange.id.in_(ids))
+            report.exchanges += conn.execute(gone).rowcount
 
     def _count(self, report: PruneReport, flying: set[int]) -> None:
         """A dry run: the same counts, read."""
@@ -323,7 +382,7 @@ class Pruner:
         if flying:
             old = old.where(Exchange.id.not_in(flying))
         if report.events_only:
-            old = old.where(Exchange.events_pruned_at.is_(None))
+            old = old.where(Exchange.events_pruned_at.is_(None) | Exchange.id.in_(self._slicing))
         ids = old.scalar_subquery()
         with Session(self._store.engine) as s:
             report.exchanges = s.scalar(select(func.count()).where(Exchange.id.in_(ids))) or 0

@@ -41,7 +41,7 @@ __all__ = ["SCHEMA_HEAD", "Store", "StoreError", "alembic_config"]
 # The newest revision in migrations/versions (tests/storage/test_store.py checks it against
 # Alembic's own reading). A store already there opens without importing Alembic: a third of a
 # second of every command's start.
-SCHEMA_HEAD = "0012"
+SCHEMA_HEAD = "0013"
 
 # pg_advisory_xact_lock key serialising migrations of a fleet of recorders
 # that start at once (the bytes of "ssetape1" as a signed 64-bit integer).
@@ -410,11 +410,17 @@ class Store:
             return list(s.scalars(stmt))
 
     def exchange(self, id_or_uid: int | str) -> Exchange | None:
-        """One exchange by id, or by uid (a str; a str of digits shorter than a uid is an id)."""
-        if isinstance(id_or_uid, str) and (len(id_or_uid) == 32 or not id_or_uid.isdigit()):
-            stmt = select(Exchange).where(Exchange.uid == id_or_uid)
+        """One exchange by id, or by uid (a str; a str of ASCII digits shorter than a uid is an
+        id). An id no column holds (past 64 bits, 5,000 digits) is no exchange, not an error."""
+        key = id_or_uid
+        if isinstance(key, str) and len(key) != 32 and key.isascii() and key.isdigit():
+            key = int(key) if len(key.lstrip("0")) < 20 else 0  # int() refuses 4,301 digits
+        if isinstance(key, str):
+            stmt = select(Exchange).where(Exchange.uid == key)
+        elif 0 < key < 2**63:
+            stmt = select(Exchange).where(Exchange.id == key)
         else:
-            stmt = select(Exchange).where(Exchange.id == int(id_or_uid))
+            return None
         with self.Session() as s:
             return s.scalar(stmt)
 

@@ -21,6 +21,7 @@ from tests.addons.test_recorder_crash import recording, streamed
     [
         ("ssetape_max_event", 100, "1024"),
         ("ssetape_max_decoded", 1000, "1048576"),
+        ("ssetape_max_response_body", 100, "1024"),
         ("ssetape_max_pending", 0, "1"),
     ],
 )

@@ -15,15 +15,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.apis import APIS, streams_array
+from ssetape.analysis.bounds import bounded
 from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
 from ssetape.cost.price import Price
 from ssetape.cost.price_book import LazyPriceBook, PriceBook, PriceQuery
 from ssetape.framing.framings import Framing, framing_of
+from ssetape.storage.engine import describe, is_transient
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import Store
 
@@ -78,6 +81,14 @@ _UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
 _WHERE = (EXCHANGES.c.id, EXCHANGES.c.scheme, EXCHANGES.c.host, EXCHANGES.c.port)
 
 
+def skipped_line(skipped: list[tuple[int, str]]) -> str:
+    """Exchanges not analysed, for one line: ``exchange 3 (OverflowError: ...)``, the first
+    five named."""
+    named = "; ".join(f"exchange {xid} ({why[:200]})" for xid, why in skipped[:5])
+    more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+    return f"{len(skipped)} exchange(s): {named}{more}"
+
+
 def price_query(
     a: Analysis, scheme: str, host: str, port: int, started_at: dt.datetime
 ) -> PriceQuery:
@@ -114,11 +125,45 @@ def _prices(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBo
     return prices
 
 
+def _save_each(
+    conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook
+) -> list[tuple[int, str]]:
+    """:func:`_save` for all, or if the store rejects that, for each in a savepoint of its
+    own, so that an exchange it rejects costs only itself; those, with why. An error of the
+    store itself (down, locked) is raised: no other exchange could be saved either."""
+    try:
+        with conn.begin_nested():
+            _save(conn, results, book)
+        return []
+    except Exception as e:
+        if is_transient(e):
+            raise
+        if len(results) == 1:
+            return [(results[0][0], describe(e))]
+    failed: list[tuple[int, str]] = []
+    for one in results:
+        try:
+            with conn.begin_nested():
+                _save(conn, [one], book)
+        except Exception as e:
+            if is_transient(e):
+                raise
+            failed.append((one[0], describe(e)))
+    return failed
+
+
 def _save(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook) -> None:
     """Knowledge columns, price and findings of analysed exchanges: a few statements for all."""
     if not results:
         return
+    bounds = [(xid, bounded(a)) for xid, a in results]
+    results = [(xid, b) for xid, (b, _) in bounds]
+    absurd = {xid: why for xid, (_, why) in bounds if why is not None}
     prices = _prices(conn, results, book)
+    for i, (xid, _) in enumerate(results):
+        if xid in absurd:  # priced without the count it left out, its price would be wrong
+            note = f"{absurd[xid]} past a 32-bit count, stored as unknown"
+            prices[i] = Price(None, note, data=book.version)
     conn.execute(
         _UPDATE,
         [
@@ -158,6 +203,9 @@ class Knowledge:
         self._live = live
         self._profiles = profiles or {}
         self._engine = store.writing_engine
+        # Exchanges this could not analyse or store the analysis of, with why: they keep
+        # what they had (`reindex --stale` tries them again).
+        self.skipped: list[tuple[int, str]] = []
 
     def analyse(self, s: Session, x: Exchange) -> Analysis:
         profile = (
@@ -219,10 +267,16 @@ class Knowledge:
                 if x is None:
                     continue
                 live = self._live(x.uid) if self._live is not None else None
-                results.append((xid, live if live is not None else self.analyse(s, x)))
+                try:
+                    results.append((xid, live if live is not None else self.analyse(s, x)))
+                except DBAPIError:
+                    raise  # the transaction is gone: nothing else can be read in it
+                except Exception as e:  # a bug of ours on one stream costs only that one
+                    self.skipped.append((xid, describe(e)))
                 s.expunge(x)  # keep the session small over long reindex runs
-            _save(s.connection(), results, self.prices())
-        return len(results)
+            failed = _save_each(s.connection(), results, self.prices())
+        self.skipped += failed
+        return len(results) - len(failed)
 
     def save_live(self, finished: list[tuple[int, str]]) -> int:
         """Store the live analyses of just-recorded exchanges, ``(id, uid)`` pairs, without
@@ -238,10 +292,17 @@ class Knowledge:
                 rest.append(xid)
             else:
                 results.append((xid, a))
+        failed: list[tuple[int, str]] = []
         if results:
             with self._engine.begin() as conn:
-                _save(conn, results, self.prices())
-        return len(results) + (self.update(rest) if rest else 0)
+                failed = _save_each(conn, results, self.prices())
+        start = len(self.skipped)
+        done = len(results) - len(failed) + (self.update(rest) if rest else 0)
+        failed += self.skipped[start:]
+        del self.skipped[start:]  # said here, not kept: a recorder runs for days
+        if failed:
+            log.warning("ssetape storage: %s not analysed; the others were", skipped_line(failed))
+        return done
 
     def exchange_ids(self, *, stale_only: bool = False) -> list[int]:
         """Exchanges to (re)index: all, or only those not analysed by this version or not

@@ -53,7 +53,7 @@ def _losses(store: Store) -> dict[str, Any] | None:
 def stats(
     db: str, read_db: str | None, by: str | None, as_json: bool, runs: bool, **filters: Any
 ) -> None:
-    """Count, error rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
+    """Count, failed count and rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
     from rich.console import Console
 
     from ssetape.analysis.stats import Stats
@@ -110,9 +110,11 @@ def reindex(db: str, stale: bool, profiles: dict[str, str], price_data: str) -> 
     priced with other price data than this run's."""
     from rich.console import Console
     from rich.progress import Progress
+    from sqlalchemy.exc import SQLAlchemyError
 
-    from ssetape.analysis.knowledge import Knowledge
+    from ssetape.analysis.knowledge import Knowledge, skipped_line
     from ssetape.cost.price_book import LazyPriceBook
+    from ssetape.storage.engine import describe
 
     store = open_db(db)
     try:
@@ -121,9 +123,15 @@ def reindex(db: str, stale: bool, profiles: dict[str, str], price_data: str) -> 
         with Progress(console=Console(stderr=True), disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("reindex", total=len(ids))
             done = knowledge.reanalyse(ids, progress=lambda n: bar.advance(task, n))
+    except SQLAlchemyError as e:  # the store itself (gone, locked): what was done is kept
+        raise click.ClickException(f"reindex stopped: {describe(e)} (--stale goes on)") from None
     finally:
         store.close()
     click.echo(f"reindexed {done} exchange(s), priced with {knowledge.prices().version}")
+    if knowledge.skipped:
+        # Exit 0: the rest are analysed, and these keep what they had. --stale tries them
+        # again; what cannot be analysed is a bug of ours, which the line lets one report.
+        click.echo(f"not analysed: {skipped_line(knowledge.skipped)}", err=True)
 
 
 @click.command()

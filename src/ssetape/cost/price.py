@@ -10,9 +10,22 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-__all__ = ["NO_PRICE", "NUSD_PER_USD", "Price", "format_usd", "price_line", "to_nusd", "usd"]
+__all__ = [
+    "MAX_NUSD",
+    "NO_PRICE",
+    "NUSD_PER_USD",
+    "Price",
+    "format_usd",
+    "price_line",
+    "to_nusd",
+    "usd",
+]
 
 NUSD_PER_USD = 10**9
+# The most one exchange is priced at, $1,000,000: no API call costs that, so past it a count
+# is absurd (a usage of 2**63 tokens) and the exchange has no price rather than one no column
+# holds (BIGINT) and no sum of a store's costs survives.
+MAX_NUSD = 10**6 * NUSD_PER_USD
 # Said wherever a price would be shown and there is none: never "$0".
 NO_PRICE = "no price"
 
@@ -50,6 +63,12 @@ class Price:
     provider: str | None = None
     model: str | None = None
     data: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.nusd is not None and not -MAX_NUSD <= self.nusd <= MAX_NUSD:
+            note = f"a cost past {format_usd(MAX_NUSD)} (a usage count is absurd)"
+            object.__setattr__(self, "nusd", None)  # frozen: set once, here
+            object.__setattr__(self, "note", note)
 
     def columns(self) -> dict[str, Any]:
         """The Exchange column values (migration 0006)."""

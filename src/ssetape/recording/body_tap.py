@@ -6,6 +6,9 @@ mitmproxy buffers a request body whole before its ``request`` hook (a 300 MiB up
 so the proxy holds at most ``MAX_BODY`` of it, and what is stored is the same stand-in
 (``{"ssetape_body_not_stored": {"bytes", "sha256"}}``) a buffered body over the bound gets,
 so replay matches it alike.
+
+A response body of unknown length, or one over ``ssetape_max_response_body``, streams
+through one too (``head``: its first bytes are kept past the bound, for `show`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ log = logging.getLogger("ssetape.recording.body_tap")
 class BodyTap:
     """``flow.request.stream``: called with each chunk, returns it as it came."""
 
-    def __init__(self, bound: int = MAX_BODY) -> None:
+    def __init__(self, bound: int = MAX_BODY, head: int = 0) -> None:
         self._bound = bound
         self._parts: list[bytes] = []
+        self._head_size = min(head, bound)
+        self._head = b""  # past the bound: its first ``head`` bytes
         self.size = 0
         # Hashed as it passes, chunk by chunk: hashing what was kept only once the bound is
         # crossed would hash 16 MiB at once on the proxy's event loop.
@@ -49,7 +54,14 @@ class BodyTap:
         if self.size <= self._bound:
             self._parts.append(data)
         elif self._parts:
-            self._parts = []  # past the bound: only its size and hash are kept
+            # Past the bound: only its size, hash and first bytes are kept (joined up to
+            # ``head`` only: never 16 MiB at once on the event loop).
+            self._head = _first([*self._parts, data], self._head_size)
+            self._parts = []
+
+    @property
+    def bound(self) -> int:
+        return self._bound
 
     @property
     def over(self) -> bool:
@@ -63,6 +75,14 @@ class BodyTap:
             raise RuntimeError("the request body tap failed")
         return placeholder_of(self.size, self._hash.copy().hexdigest())
 
+    def sha256(self) -> str:
+        """The hex SHA-256 of what passed so far."""
+        return str(self._hash.copy().hexdigest())
+
+    def head(self) -> bytes:
+        """Its first bytes: up to ``head`` past the bound, else all of it."""
+        return self._head if self.over else _first(self._parts, self._head_size)
+
     def body(self) -> bytes:
         """The body as read, or past the bound its stand-in (JSON bytes)."""
         if self.broken:
@@ -70,3 +90,14 @@ class BodyTap:
         if self.over:
             return placeholder_of(self.size, self._hash.hexdigest())
         return b"".join(self._parts)
+
+
+def _first(parts: list[bytes], n: int) -> bytes:
+    """The first ``n`` bytes of ``parts``, joining no more than those."""
+    out: list[bytes] = []
+    for part in parts:
+        if n <= 0:
+            break
+        out.append(part[:n])
+        n -= len(out[-1])
+    return b"".join(out)

@@ -100,7 +100,8 @@ class Fault:
             after_event=_int(values.get("after_event")),
             ms=_int(values.get("ms")),
             status=_int(status),
-            retry_after=values.get("retry_after"),
+            # To the ms, as the header says it (``1e-07`` is no number an SDK reads).
+            retry_after=_ms(values.get("retry_after")),
             times=_int(times) if times is not None else (1 if k == FaultKind.STATUS else None),
         )
 
@@ -114,15 +115,17 @@ class Fault:
             if not eq and i == 0 and kind.strip() == FaultKind.STATUS.value:
                 key, value = "status", item  # status:429
             elif not eq:
-                raise FaultError(f"fault {spec!r}: {item!r} is not key=value (e.g. {EXAMPLES})")
+                raise FaultError(
+                    f"fault {spec[:80]!r}: {item[:40]!r} is not key=value (e.g. {EXAMPLES})"
+                )
             name = _KEYS.get(key.strip())
             if name is None:
-                raise FaultError(f"fault {spec!r}: unknown key {key.strip()!r}")
+                raise FaultError(f"fault {spec[:80]!r}: unknown key {key.strip()[:40]!r}")
             options[name] = value.strip()
         try:
             return cls.make(kind.strip(), **options)
         except FaultError as e:
-            raise FaultError(f"fault {spec!r}: {str(e).partition(': ')[2]}") from None
+            raise FaultError(f"fault {spec[:80]!r}: {str(e).partition(': ')[2]}") from None
 
     @property
     def streams(self) -> bool:
@@ -134,19 +137,37 @@ class Fault:
         for key in ("after_event", "ms", "retry_after", "times"):
             value = getattr(self, key)
             if value is not None:
-                parts.append(f"{'event' if key == 'after_event' else key}={value:g}")
+                parts.append(f"{'event' if key == 'after_event' else key}={_shown(value)}")
         return f"{self.kind.value}:{','.join(parts)}"
+
+
+# The most any number of a fault may be: 24 days of ms or s, 2**31 - 1 events or requests
+# (an event's seq is a 32-bit column). Past it (`ms=inf`, `event=1e400`) it is an error, never
+# an OverflowError or a header `retry-after: inf`.
+MAX_NUMBER = 2**31 - 1
 
 
 def _number(kind: FaultKind, key: str, value: object) -> float:
     try:
         number = float(value) if isinstance(value, str | int | float) else float("nan")
-    except ValueError:
+    except (ValueError, OverflowError):  # float() of an int of 400 digits
         number = float("nan")
-    if not number >= 0 or (key != "retry_after" and number != int(number)):
+    # Not `number != int(number)`: int(inf) raises OverflowError.
+    if not 0 <= number <= MAX_NUMBER or (key != "retry_after" and not number.is_integer()):
         what = "a number of seconds" if key == "retry_after" else "a whole number"
-        raise FaultError(f"fault {kind.value}: {key} {value!r} is not {what} >= 0")
+        raise FaultError(
+            f"fault {kind.value}: {key} {str(value)[:40]!r} is not {what} from 0 to {MAX_NUMBER}"
+        )
     return number
+
+
+def _shown(value: float) -> str:
+    """A number as a spec or header says it: ``2000``, ``1.5``, never ``2e+06`` or ``inf``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.3f}".rstrip("0")
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def _int(value: float | None) -> int | None:
@@ -202,7 +223,7 @@ class Faults:
         head = [f"HTTP/1.1 {f.status} {reason(f.status)}", "content-type: application/json",
                 f"content-length: {len(body)}", f"{Header.FAULT}: {f.spec()}"]  # fmt: skip
         if f.retry_after is not None:
-            head.append(f"retry-after: {f.retry_after:g}")
+            head.append(f"retry-after: {_shown(f.retry_after)}")
         return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
     def for_stream(self) -> list[Fault]:

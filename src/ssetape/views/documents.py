@@ -121,6 +121,15 @@ def _cut(data: bytes | None, full: bool) -> tuple[str | dict[str, str] | None, i
     return _text(data[:JSON_MAX]), len(data)
 
 
+def _not_stored(x: Exchange) -> dict[str, Any]:
+    """For a body over ssetape_max_response_body when recorded: ``body`` is its first bytes,
+    this says so, with its whole size and hash (the request's stand-in's words)."""
+    if x.response_body_bytes is None:
+        return {}
+    size, sha = x.response_body_bytes, x.response_body_sha256
+    return {"body_bytes": size, "body_not_stored": {"bytes": size, "sha256": sha}}
+
+
 def _text(data: bytes) -> str | dict[str, str]:
     try:
         return data.decode("utf-8")
@@ -186,7 +195,8 @@ def write_detail(
                     **({"body_bytes": request_size} if request_size else {})},
         "response": {"reason": x.reason, "headers": x.response_headers,
                      "body": hole if streamed and full else body,
-                     **({"body_bytes": body_size} if body_size else {})},
+                     **({"body_bytes": body_size} if body_size else {}),
+                     **_not_stored(x)},
         "events_total": queries.event_span(x.id).count,
         "events": [],
     }  # fmt: skip

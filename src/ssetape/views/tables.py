@@ -216,8 +216,18 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
         *_headers("response headers", x.response_headers, full),
     ]
     if not x.is_stream:
+        if x.response_body_bytes is not None:  # over ssetape_max_response_body when recorded
+            parts.append(cell(_not_stored(x), "yellow"))
         parts.append(_pretty(x.response_body, full))
     return parts
+
+
+def _not_stored(x: Exchange) -> str:
+    shown = len(x.response_body or b"")
+    return (
+        f"response body not stored whole: {x.response_body_bytes} bytes, sha256 "
+        f"{x.response_body_sha256}; its first {shown} bytes follow (replay refuses it)"
+    )
 
 
 def events_tables(

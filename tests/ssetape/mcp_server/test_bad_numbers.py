@@ -1,0 +1,43 @@
+"""Numbers no store holds, as an agent may pass them (2**63, 5,000 digits, 1e308, a float
+that JSON cannot say): each an error of one line that names what is wrong, never the text of
+Python, pydantic or the database driver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ssetape.storage.store import Store
+from tests.ssetape.mcp_server.client import error, in_memory
+
+HUGE = 2**63
+DIGITS = "9" * 5000
+CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("get_exchange", {"events": True, "after_seq": HUGE}, "after_seq: an event's seq"),
+    ("get_exchange", {"id": DIGITS}, "past what the store holds"),
+    ("compare", {"a": DIGITS}, "past what the store holds"),
+    ("list_exchanges", {"cursor": str(HUGE)}, "past what the store holds"),
+    ("list_exchanges", {"cursor": DIGITS}, "past what the store holds"),
+    ("find_stalls", {"cursor": str(HUGE)}, "past what the store holds"),
+    ("find_stalls", {"min_gap_ms": 1e308}, "min_gap_ms: at most 1,000,000,000,000 ms"),
+    ("find_stalls", {"min_gap_ms": None}, "min_gap_ms: Input should be a valid number"),
+    ("sessions", {"cursor": DIGITS}, "past what the store holds"),
+]
+INTERNAL = ("Python", "SQLite", "int_max_str_digits", "pydantic", "Traceback", "psycopg",
+            "out of range", "bigint", "validation error")  # fmt: skip
+
+
+def test_a_number_no_store_holds_is_a_one_line_error_naming_it(store: Store) -> None:
+    async def body(client: Any) -> list[str]:
+        listed = await client.call_tool("list_exchanges", {"limit": 1})
+        first = listed.structuredContent["exchanges"][0]["id"]
+        said = []
+        for name, args, _ in CALLS:
+            full = {"id": first, "a": first, "b": first, **args} if name in (
+                "get_exchange", "compare") else dict(args)  # fmt: skip
+            said.append(await error(client, name, **full))
+        return said
+
+    for (name, _, want), text in zip(CALLS, in_memory(store, body), strict=True):
+        assert text.startswith(f"Error executing tool {name}: ") and want in text, text
+        assert "\n" not in text and len(text) < 200, text
+        assert not any(word in text for word in INTERNAL), text
