@@ -28,6 +28,7 @@ __all__ = [
     "filter_options",
     "open_db",
     "open_reader",
+    "open_untouched",
     "price_data_option",
     "print_json",
     "profile_option",
@@ -131,6 +132,26 @@ def open_db(db: str, *, create: bool = False) -> Store:
         with contextlib.suppress(Exception):  # a read-only user still gets to read
             Runs(store).mark_gone_interrupted()
     return store
+
+
+def open_untouched(db: str, read_db: str | None) -> Store:
+    """A store opened read-only, for a reader that says it writes nothing (MCP's tools are
+    declared ``readOnlyHint``; the viewer is a read-only page): not even what `ssetape list`
+    does on opening the primary (mark a dead recorder's exchanges ``interrupted``), which is
+    left to recorders and the commands that write. The primary's schema is still brought to
+    this ssetape's first, as every command that opens it does, so an upgrade needs no step
+    before a reader can read; then every query runs in a read-only transaction (PostgreSQL).
+    A standby (``--read-db``) and a cassette (read from a private copy) are opened as `list`
+    opens them."""
+    if read_db or (db.endswith(".jsonl") and "://" not in db):
+        return open_reader(db, read_db)
+    from ssetape.storage.store import Store, StoreError
+
+    try:
+        Store.open(db, create=False).close()
+        return Store.open_read_only(db)
+    except StoreError as e:
+        raise click.ClickException(str(e)) from None
 
 
 def open_reader(db: str, read_db: str | None, *, create: bool = False) -> Store:

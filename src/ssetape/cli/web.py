@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ssetape.cli.options import open_reader, reader_options, shown, standby_note
+from ssetape.cli.options import open_untouched, reader_options, shown, standby_note
 
 
 @click.command()
@@ -30,7 +30,7 @@ def web(db: str, read_db: str | None, port: int, host: str) -> None:
 
     missing = None if read_db else _missing_sqlite_file(db)
     store: Store | WaitingStore = (
-        WaitingStore(missing) if missing is not None else open_reader(db, read_db)
+        WaitingStore(missing) if missing is not None else open_untouched(db, read_db)
     )
     try:
         try:
