@@ -28,9 +28,8 @@ from typing import Any
 from ssetape.analysis.analyzer import Analyzer
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.framing.framings import Framing
-from ssetape.recording import protocol
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
-from ssetape.recording.protocol import BEGIN, FINISH, STREAM, UPDATE, WorkerConfig
+from ssetape.recording.protocol import Begin, Chunk, Finish, Stream, Update, WorkerConfig
 from ssetape.recording.worker import RecordWorker, tune_gc
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
@@ -51,17 +50,17 @@ def messages(events: int, streams: int, per_chunk: int) -> list[tuple[Any, ...]]
               "request_body": b'{"model":"gpt-4o","stream":true}', "fingerprint": "x"}  # fmt: skip
     head = {"status": 200, "is_stream": True,
             "response_headers": [["content-type", "text/event-stream"]]}  # fmt: skip
-    out: list[tuple[Any, ...]] = []
+    out: list[Any] = []
     for s in range(streams):
         uid = f"u{s}"
-        stream = (STREAM, uid, Framing.SSE.value, "", MAX_EVENT, MAX_DECODED)
-        out += [(BEGIN, uid, dict(fields)), (UPDATE, uid, dict(head)), stream]
+        stream = Stream(uid, Framing.SSE.value, "", MAX_EVENT, MAX_DECODED)
+        out += [Begin(uid, dict(fields)), Update(uid, dict(head)), stream]
         n = events // streams
         out += [
-            (protocol.CHUNK, uid, i, b"".join(CHUNK % j for j in range(i, min(n, i + per_chunk))))
+            Chunk(uid, i, b"".join(CHUNK % j for j in range(i, min(n, i + per_chunk))))
             for i in range(0, n, per_chunk)
         ]
-        out.append((FINISH, uid, events, {"state": "completed", "error": None}))
+        out.append(Finish(uid, events, {"state": "completed", "error": None}))
     return out
 
 

@@ -124,6 +124,7 @@ class Batch:
         *,
         careful: bool = False,
         guard: Callable[[], AbstractContextManager[Callable[[Any], None]]] | None = None,
+        then: Callable[[Connection, Batch], None] | None = None,
     ) -> None:
         """One transaction: one INSERT per new exchange, one executemany (PostgreSQL:
         COPY) per row kind, and one UPDATE per touched exchange (merged fields plus
@@ -133,7 +134,7 @@ class Batch:
         unknown (connection lost during COMMIT): duplicate rows are skipped and
         event_count is recounted instead of incremented. ``guard`` times the whole
         transaction, commit included, and is told its DBAPI connection (the writer's
-        deadline watchdog).
+        deadline watchdog). ``then`` runs last in the same transaction (the run row's counts).
         """
         known, ids, updates = self.known, self.ids, self.updates
         counts = {uid: len(rs) for (kind, uid), rs in self.row_ops.items() if kind == EVENTS_OP}
@@ -189,6 +190,8 @@ class Batch:
                 # After the exchanges' updates: a writer's row locks are taken in one
                 # order, its exchanges' first.
                 self._insert(conn, sql, careful)
+            if then is not None:
+                then(conn, self)
 
     def _insert(self, conn: Connection, sql: BatchSql, careful: bool) -> None:
         for kind, kind_rows in self.rows.items():

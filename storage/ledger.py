@@ -1,18 +1,25 @@
-"""The writer's books: what it took in, committed and dropped, kind by kind.
+"""The recording process's books: what it stored, lost and dropped, and nowhere else.
 
 Every row the recording process hands over ends in exactly one of two columns, stored or
 dropped (with the reason logged by the writer), so that "stored + lost = relayed" holds in
-the exit line, the run row and ``ssetape stats`` whatever the store did. Any thread may ask;
-one lock guards the books and is never held during I/O.
+the exit line, the run row and ``ssetape stats`` whatever the store did. The events that never
+became rows are entered here too: those the proxy lost and told of, those of exchanges this
+process never saw begin, and those over ``ssetape_max_event``. Its stats are the run row
+(``WriterStats.run_counts``), whose stored counts each commit writes itself
+(:meth:`Ledger.in_commit`). Any thread may ask; one lock guards the books, never during I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from ssetape.storage.batch import BEGIN, CHUNKS_OP, EVENTS_OP, FINISH, ROWS, UPDATE, Op
+from sqlalchemy import Connection
+
+from ssetape.storage.batch import BEGIN, CHUNKS_OP, EVENTS_OP, FINISH, ROWS, UPDATE, Batch, Op
+from ssetape.storage.runs import RunCounts
 
 __all__ = ["Ledger", "WriterStats"]
 
@@ -28,6 +35,23 @@ class WriterStats:
     dropped_chunks: int = 0
     dropped_exchanges: int = 0  # begun but never stored (their rows are dropped too)
     last_error: str | None = None
+    # Never rows: lost by the proxy (and told), or relayed and not stored here.
+    told_exchanges: int = 0
+    told_events: int = 0
+    unstored_events: int = 0  # of exchanges never seen begin, or over ssetape_max_event
+    capture_failures: int = 0  # streams that could not be parsed
+    exchanges_finished: int = 0  # whose finish is committed
+
+    def run_counts(self) -> RunCounts:
+        """What the run row says: every event and exchange stored, or lost once."""
+        return RunCounts(
+            exchanges_recorded=self.exchanges,
+            events_recorded=self.events,
+            exchanges_lost=self.told_exchanges + self.dropped_exchanges,
+            events_lost=self.told_events + self.dropped_events + self.unstored_events,
+            store_errors=self.failed_batches,
+            last_error=self.last_error,
+        )
 
 
 def cost(op: Op) -> int:
@@ -35,8 +59,11 @@ def cost(op: Op) -> int:
 
 
 class Ledger:
-    def __init__(self, max_pending: int) -> None:
+    def __init__(
+        self, max_pending: int, on_commit: Callable[[Connection, int, int], object] | None = None
+    ) -> None:
         self.lock = threading.Lock()
+        self._on_commit = on_commit
         self.stats = WriterStats()
         self.max_pending = max_pending
         self.closed = False
@@ -117,6 +144,30 @@ class Ledger:
             self.generation[EVENTS_OP] += events
             self.generation[CHUNKS_OP] += chunks
             self.generation[BEGIN] += new
+
+    def in_commit(self, conn: Connection, batch: Batch) -> None:
+        """In ``batch``'s transaction, last: tell ``on_commit`` the (exchanges, events)
+        stored in all once it commits (only the writer's thread changes those). A run row
+        written so is exact whatever the process dies of, and a retry writes it the same."""
+        if self._on_commit is not None:
+            events = self.stats.events + len(batch.rows[EVENTS_OP])
+            self._on_commit(conn, self.stats.exchanges + batch.new, events)
+
+    def told(self, exchanges: int, events: int) -> None:
+        """The proxy lost these and said so: they never reach the writer."""
+        with self.lock:
+            self.stats.told_exchanges += exchanges
+            self.stats.told_events += events
+
+    def not_stored(self, events: int, *, failed_capture: bool = False) -> None:
+        """Relayed events this process will not store (a stream it could not parse counts)."""
+        with self.lock:
+            self.stats.unstored_events += events
+            self.stats.capture_failures += failed_capture
+
+    def finished(self, exchanges: int) -> None:
+        with self.lock:
+            self.stats.exchanges_finished += exchanges
 
     def failed(self, message: str) -> None:
         with self.lock:

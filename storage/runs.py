@@ -2,7 +2,9 @@
 
 A recorder's losses (events it could not store, store errors) must stay visible after it
 exits, so each recorder keeps one row up to date from a thread of its own
-(:class:`RunReporter`); ``ssetape stats`` sums them with :meth:`Runs.totals`.
+(:class:`RunReporter`); ``ssetape stats`` sums them with :meth:`Runs.totals`. What it stored
+is written by the very transactions that store it (:meth:`Runs.count_stored`): exact after a
+``kill -9``, and never recounted from rows a prune may have removed since.
 
 The rows double as a heartbeat for crash recovery. An exchange stays ``recording`` when
 its recorder dies (``kill -9``, power loss); :meth:`Runs.mark_gone_interrupted` turns it
@@ -33,12 +35,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Connection, Table, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ssetape.recorder_id import RecorderId
 from ssetape.storage.engine import check_writable, one_line
-from ssetape.storage.models import Event, Exchange, RecorderRun
+from ssetape.storage.models import Exchange, RecorderRun
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
 
@@ -51,6 +53,8 @@ INTERRUPTED = (
     "not answer at stop)"
 )
 _RUNS = cast(Table, RecorderRun.__table__)
+# Written by the recorder's commits themselves (Runs.count_stored), in the same transaction.
+_STORED = ("exchanges_recorded", "events_recorded")
 _COUNTERS = (
     "exchanges_recorded",
     "events_recorded",
@@ -112,8 +116,12 @@ class Runs:
         *,
         stopped_at: dt.datetime | None = None,
         now: dt.datetime | None = None,
+        keep_stored: bool = False,
     ) -> None:
-        """Create or update one recorder's row (an upsert: safe to repeat after a failure)."""
+        """Create or update one recorder's row (an upsert: safe to repeat after a failure).
+
+        ``keep_stored``: a row that exists keeps its stored counts, which its recorder's
+        commits write (:meth:`count_stored`): they are exact, these may be late."""
         values: dict[str, Any] = {
             "recorder": recorder,
             "started_at": started_at,
@@ -122,18 +130,33 @@ class Runs:
             # Its own fields only: a recording process's counts (a subclass) say more.
             **{f.name: getattr(counts, f.name) for f in dataclasses.fields(RunCounts)},
         }
-        changed = {k: v for k, v in values.items() if k not in ("recorder", "started_at")}
+        fixed = ("recorder", "started_at", *(_STORED if keep_stored else ()))
+        changed = {k: v for k, v in values.items() if k not in fixed}
         if self.store.path is not None:
             check_writable(self.store.path)
+        with self._engine.begin() as conn:
+            conn.execute(self._upsert(values, changed))
+
+    def count_stored(
+        self, conn: Connection, recorder: str, started_at: dt.datetime, *, exchanges: int,
+        events: int,
+    ) -> None:  # fmt: skip
+        """In the transaction that stores them (``conn``): what ``recorder`` has stored in
+        all, as it will be once that commits. The run row then never says less or more than
+        its recorder committed, whatever it dies of and whatever a prune removes later."""
+        values = {"recorder": recorder, "started_at": started_at,
+                  "updated_at": dt.datetime.now(dt.UTC),
+                  "exchanges_recorded": exchanges, "events_recorded": events}  # fmt: skip
+        conn.execute(self._upsert(values, {k: values[k] for k in _STORED}))
+
+    def _upsert(self, values: dict[str, Any], changed: dict[str, Any]) -> Any:
         # Imported here: only recorders save a run, and PostgreSQL's dialect (all its drivers'
         # modules) is 40 ms of the start of every command that opens an SQLite store.
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
         insert = sqlite_insert if self.store.is_sqlite else pg_insert
         stmt = insert(_RUNS).values(values)
-        stmt = stmt.on_conflict_do_update(index_elements=[_RUNS.c.recorder], set_=changed)
-        with self._engine.begin() as conn:
-            conn.execute(stmt)
+        return stmt.on_conflict_do_update(index_elements=[_RUNS.c.recorder], set_=changed)
 
     def get(self, recorder: str) -> RecorderRun | None:
         with self.store.Session() as s:
@@ -202,22 +225,6 @@ class Runs:
                 update(Exchange).where(*mine).values(state=ExchangeState.INTERRUPTED)
             )
         return int(changed.rowcount)
-
-    def tally(self, recorder: str) -> tuple[int, int, int]:
-        """(exchanges, exchanges it finished, events) the store holds of one recorder."""
-        mine = Exchange.recorder == recorder
-        swept = (Exchange.state == ExchangeState.INTERRUPTED) & (Exchange.error == INTERRUPTED)
-        finished = mine & (Exchange.state != ExchangeState.RECORDING) & ~swept
-        with self.store.engine.connect() as conn:
-            exchanges = conn.scalar(select(func.count()).select_from(Exchange).where(mine)) or 0
-            done = conn.scalar(select(func.count()).select_from(Exchange).where(finished)) or 0
-            events = conn.scalar(
-                select(func.count())
-                .select_from(Event)
-                .join(Exchange, Exchange.id == Event.exchange_id)
-                .where(mine)
-            )
-        return exchanges, done, events or 0
 
     def totals(self) -> dict[str, Any]:
         """Sums over every run and the runs themselves, for ``ssetape stats``.
@@ -299,6 +306,11 @@ class RunReporter:
                 self.last_failure = self.last_failure or f"no answer within {timeout:g} s"
         return self.saved
 
+    def stored(self, conn: Connection, exchanges: int, events: int) -> None:
+        """In the writer's transaction: what this recorder stored in all once it commits."""
+        self.runs.count_stored(conn, self.recorder, self.started_at, exchanges=exchanges,
+                               events=events)  # fmt: skip
+
     def _run(self) -> None:
         while not self._active.is_set():
             self._wake.wait()
@@ -318,7 +330,10 @@ class RunReporter:
 
     def _save(self, stopped_at: dt.datetime | None) -> None:
         try:
-            self.runs.save(self.recorder, self.started_at, self._counts(), stopped_at=stopped_at)
+            counts = self._counts()
+            self.runs.save(
+                self.recorder, self.started_at, counts, stopped_at=stopped_at, keep_stored=True
+            )
         except Exception as exc:
             self.saved = False
             self.last_failure = one_line(exc)

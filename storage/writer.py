@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from ssetape.records import ChunkRow, EventRow
@@ -101,9 +102,11 @@ class Writer:
         max_pending: int = 1_000_000,
         deadline: float | None = None,
         on_finished: Callable[[list[tuple[int, str]]], object] | None = None,
+        on_commit: Callable[[Connection, int, int], object] | None = None,
     ) -> None:
         """``deadline``: seconds a statement may go unanswered before its connection is
-        dropped (PostgreSQL; the store should be opened with the same deadline)."""
+        dropped (PostgreSQL; the store should be opened with the same deadline).
+        ``on_commit``: see ``Ledger.in_commit`` (the run row's stored counts)."""
         self._store = store
         # Called in this thread with the (id, uid) of exchanges whose finish was
         # committed, before flush() waiters are released (the stream analysis).
@@ -114,7 +117,7 @@ class Writer:
         self._days = DayPartitions(self._engine, is_sqlite=store.is_sqlite)
         self._interval = flush_interval
         self._max_batch = max_batch
-        self._ledger = Ledger(max_pending)
+        self.ledger = Ledger(max_pending, on_commit)
         self._q: queue.SimpleQueue[Op] = queue.SimpleQueue()
         # Set by flush() and close(): commit what is queued now, do not let the batch fill.
         self._hurry = threading.Event()
@@ -162,7 +165,7 @@ class Writer:
 
     def finish(self, uid: str, **fields: object) -> None:
         self._put(FINISH, uid, fields, 1)
-        self._ledger.revive(uid)
+        self.ledger.revive(uid)
 
     def hurry(self) -> None:
         """Commit what is queued now instead of letting the batch fill: the caller has
@@ -175,7 +178,7 @@ class Writer:
         For tests and shutdown: it blocks, so never while batches are waiting.
         """
         if self._thread is None or not self._thread.is_alive():
-            return self._ledger.idle()
+            return self.ledger.idle()
         done = threading.Event()
         self._q.put((FLUSH, "", done))
         self._hurry.set()
@@ -184,17 +187,17 @@ class Writer:
     def close(self, timeout: float = 10.0) -> None:
         """Commit what is queued (trying for at most ``timeout``), then stop the thread.
         Whatever is not committed by then is counted lost, even if the thread is stuck."""
-        with self._ledger.lock:
-            if self._ledger.closed:
+        with self.ledger.lock:
+            if self.ledger.closed:
                 return
-            self._ledger.closed = True
+            self.ledger.closed = True
         self._deadline = time.monotonic() + timeout
         self._q.put((STOP, "", None))
         self._hurry.set()
         if self._thread is not None:
             self._thread.join(timeout + 1.0)
             if self._thread.is_alive():
-                events, chunks = self._ledger.abandon()
+                events, chunks = self.ledger.abandon()
                 log.error(
                     f"ssetape storage: {self._store.url} did not answer within {timeout:g} s "
                     f"of stopping; {events} events and {chunks} chunks not stored"
@@ -204,16 +207,13 @@ class Writer:
 
     @property
     def stats(self) -> WriterStats:
-        return self._ledger.snapshot()
+        return self.ledger.snapshot()
 
     def _put(self, kind: int, uid: str, payload: Any, cost: int) -> None:
-        if self._ledger.admit(kind, uid, cost, payload):
+        if self.ledger.admit(kind, uid, cost, payload):
             self._q.put((kind, uid, payload))  # SimpleQueue.put never blocks
             if kind == CHUNKS_OP:
-                self._ledger.encoded(uid)
-
-    def _drop(self, op: Op, *, dead: bool = False) -> None:
-        self._ledger.dropped(op, dead=dead)
+                self.ledger.encoded(uid)
 
     # -- writer thread -------------------------------------------------------
 
@@ -222,7 +222,7 @@ class Writer:
             self._loop()
         except BaseException:  # a bug must be visible, not a silently dead thread
             log.exception("ssetape storage: writer thread crashed; traffic is no longer stored")
-            self._ledger.abandon()
+            self.ledger.abandon()
 
     def _loop(self) -> None:
         ops: list[Op] = []
@@ -310,10 +310,10 @@ class Writer:
                     delay = min(delay, left)
                 time.sleep(delay)
                 delay = min(delay * 2, _BACKOFF_MAX)
-            over, self._ledger.overflowing = self._ledger.overflowing, False
+            over, self.ledger.overflowing = self.ledger.overflowing, False
             if over and not self._overflow_logged:
                 log.warning(
-                    f"ssetape storage: more than {self._ledger.max_pending} rows waiting for "
+                    f"ssetape storage: more than {self.ledger.max_pending} rows waiting for "
                     f"{self._store.url}; dropping new events until it catches up"
                 )
             self._overflow_logged = over
@@ -354,11 +354,11 @@ class Writer:
                                 batch[0] = (op[0], op[1], rows)
                                 raise
                             rejected.append(_describe(row_exc))
-                            self._drop(one)
+                            self.ledger.dropped(one)
                         rows.pop(0)
                 else:
                     rejected.append(_describe(exc))
-                    self._drop(op, dead=op[0] == BEGIN)
+                    self.ledger.dropped(op, dead=op[0] == BEGIN)
             batch.pop(0)
         now = time.monotonic()
         if rejected and now - self._last_reject_log >= _REJECT_LOG_INTERVAL:
@@ -375,9 +375,9 @@ class Writer:
                 ops.append(self._q.get_nowait())
         ops = [op for op in ops if op[0] != FLUSH and op[0] != STOP]
         for op in ops:
-            self._drop(op)
+            self.ledger.dropped(op)
         lost = [sum(len(op[2]) for op in ops if op[0] == kind) for kind in TABLES]
-        if any(lost) and not self._ledger.sealed:  # else close() counted and logged them
+        if any(lost) and not self.ledger.sealed:  # else close() counted and logged them
             log.warning(
                 f"ssetape storage: closed while {self._store.url} was unavailable; "
                 f"{lost[0]} events and {lost[1]} chunks were not stored"
@@ -389,7 +389,7 @@ class Writer:
         """Count every failure; announce an outage once per episode (first failure to next
         commit; a lost connection just after one with a deadline cancel belongs to it)."""
         msg = _describe(exc)
-        self._ledger.failed(msg)
+        self.ledger.failed(msg)
         if not outage:
             return
         aftermath = (
@@ -402,7 +402,7 @@ class Writer:
             self._cancelled = False
             log.warning(
                 f"ssetape storage: cannot write to {self._store.url} ({msg}); traffic still "
-                f"flows, retrying with backoff and keeping up to {self._ledger.max_pending} "
+                f"flows, retrying with backoff and keeping up to {self.ledger.max_pending} "
                 "queued rows"
             )
         self._cancelled = self._cancelled or _sqlstate(exc) == _QUERY_CANCELED
@@ -410,15 +410,15 @@ class Writer:
 
     def _check_file(self) -> None:
         if self._file is not None:
-            self._file.follow(self._ledger, self._ids, self._fields, self._engine, self._sql)
+            self._file.follow(self.ledger, self._ids, self._fields, self._engine, self._sql)
 
     def _commit(self, ops: list[Op], *, careful: bool = False) -> None:
         """Apply ``ops`` in one transaction (see Batch), then update ids and counters."""
-        ops = [self._ledger.annotated(op) if op[0] == FINISH else op for op in ops]
+        ops = [self.ledger.annotated(op) if op[0] == FINISH else op for op in ops]
         batch = Batch(ops, self._ids)
         self._days.ahead()
-        guard = self._watchdog.watching if self._watchdog is not None else None
-        batch.apply(self._engine, self._sql, careful=careful, guard=guard)
+        guard, then = self._watchdog.watching if self._watchdog else None, self.ledger.in_commit
+        batch.apply(self._engine, self._sql, careful=careful, guard=guard, then=then)
         known, ids, finished, dropped = self._ids, batch.ids, batch.finished, batch.dropped
         rows = batch.rows
         # Committed: only now may the id map and the counters change.
@@ -433,10 +433,10 @@ class Writer:
             if xid is not None:
                 self._finished.append((xid, uid))
         for op in dropped:
-            self._drop(op)
+            self.ledger.dropped(op)
         begins = sum(1 for op in ops if op[0] == BEGIN)
         events, chunks = len(rows[EVENTS_OP]), len(rows[CHUNKS_OP])
-        self._ledger.committed(events, chunks, batch.exchange_ops, begins, batch.new)
+        self.ledger.committed(events, chunks, batch.exchange_ops, begins, batch.new)
         self._unchecked += events + chunks
         if self._failing:
             log.warning(

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 from ssetape.recording.child import Child
 from ssetape.recording.protocol import (
-    BEGIN,
-    CHUNK,
-    CLOSE,
-    FINISH,
-    GAP,
-    LOSSES,
+    Begin,
+    Chunk,
+    Close,
+    Finish,
+    Gap,
+    Lost,
     Message,
     encode_frame,
 )
@@ -33,7 +33,7 @@ class Frame:
     left: int  # its bytes the pipe has not taken
     events: int  # in its chunks, as the store counts them (EventCount)
     begins: list[str] = field(default_factory=list)
-    told_exchanges: int = 0  # losses it tells of (a LOSSES message)
+    told_exchanges: int = 0  # losses it tells of (a ``Lost`` message)
     told_events: int = 0
     streams: dict[str, int] = field(default_factory=dict)  # uid -> bytes of its chunks
 
@@ -63,21 +63,21 @@ class Backlog:
         """Frame ``batch`` (holding ``events``) for ``child``, noting what it holds."""
         frame = Frame(0, events)
         streams = frame.streams
-        for msg in batch:  # by msg[0] itself: mypy narrows the message's type by it
-            if msg[0] == CHUNK:
-                streams[msg[1]] = streams.get(msg[1], 0) + len(msg[3])
-            elif msg[0] == GAP:
-                streams[msg[1]] = streams.get(msg[1], 0) + msg[2]
-            elif msg[0] == BEGIN:
-                child.open.add(msg[1])
-                frame.begins.append(msg[1])
-            elif msg[0] == FINISH:
-                child.open.discard(msg[1])
-                child.finishing.add(msg[1])
-            elif msg[0] == LOSSES:
-                child.told += msg[2]
-                frame.told_exchanges += msg[1]
-                frame.told_events += msg[2]
+        for msg in batch:
+            if isinstance(msg, Chunk):
+                streams[msg.uid] = streams.get(msg.uid, 0) + len(msg.data)
+            elif isinstance(msg, Gap):
+                streams[msg.uid] = streams.get(msg.uid, 0) + msg.nbytes
+            elif isinstance(msg, Begin):
+                child.open.add(msg.uid)
+                frame.begins.append(msg.uid)
+            elif isinstance(msg, Finish):
+                child.open.discard(msg.uid)
+                child.finishing.add(msg.uid)
+            elif isinstance(msg, Lost):
+                child.told += msg.events
+                frame.told_exchanges += msg.exchanges
+                frame.told_events += msg.events
         data = encode_frame(batch)
         frame.left = len(data)
         self.out += data
@@ -124,6 +124,6 @@ class Backlog:
             for uid, size in f.streams.items():
                 if uid not in unknown:
                     cut[uid] = cut.get(uid, 0) + size
-        end: list[Message] = [(LOSSES, exchanges, events), (CLOSE,)]
-        gaps: list[Message] = [(GAP, uid, size, b"") for uid, size in cut.items()]
+        end: list[Message] = [Lost(exchanges, events), Close()]
+        gaps: list[Message] = [Gap(uid, size, b"") for uid, size in cut.items()]
         return Stranded(exchanges, events, own_exchanges, own_events, [*gaps, *end], end)

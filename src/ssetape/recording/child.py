@@ -73,6 +73,7 @@ class Child:
         self.recorder_id: str | None = None  # from its ready report
         self.handed = 0  # events in the chunks handed to it
         self.told = 0  # events the proxy lost and told it of
+        self.done = 0  # exchanges whose end it reported committed (DONE)
         self.ended = threading.Event()  # its stdout closed: it has exited or is exiting
         self.ready = threading.Event()  # it has opened the store
         self.reader = threading.Thread(
@@ -122,6 +123,7 @@ class Child:
                     self._counted = True
                 elif kind is Report.DONE:
                     self._counted = False
+                    self.done += len(value)
                     self.finishing.difference_update(value)
                 elif kind is Report.FINAL:
                     self.final = value

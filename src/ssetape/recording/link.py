@@ -32,22 +32,18 @@ from ssetape.recording.child import PIPE_SIZE, Child
 from ssetape.recording.event_count import EventCount
 from ssetape.recording.losses import Losses
 from ssetape.recording.protocol import (
-    BEGIN,
-    CHUNK,
-    CLOSE,
-    CONFIG,
-    FINISH,
-    GAP,
-    STREAM,
-    UPDATE,
-    BeginMsg,
+    Begin,
+    Chunk,
+    Close,
+    Configure,
     Counts,
     FinalCounts,
-    FinishMsg,
+    Finish,
+    Gap,
     Message,
     RetentionPolicy,
-    StreamMsg,
-    UpdateMsg,
+    Stream,
+    Update,
     WorkerConfig,
     encode_frame,
 )
@@ -135,10 +131,10 @@ class RecordLink:
     # The proxy's side: called on its event loop (or wherever its hooks run), never blocks.
 
     def begin(self, uid: str, fields: dict[str, Any]) -> None:
-        self._send((BEGIN, uid, fields))
+        self._send(Begin(uid, fields))
 
     def update(self, uid: str, fields: dict[str, Any]) -> None:
-        self._send((UPDATE, uid, fields))
+        self._send(Update(uid, fields))
 
     def stream(
         self,
@@ -151,7 +147,7 @@ class RecordLink:
     ) -> None:
         encoded = encoding.strip().lower() not in ("", "identity")
         self._events.stream(uid, framing=framing, encoded=encoded)
-        self._send((STREAM, uid, framing.value, encoding, max_event, max_decoded))
+        self._send(Stream(uid, framing.value, encoding, max_event, max_decoded))
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         last = self._events.end(uid)  # a last event without its blank line
@@ -159,7 +155,7 @@ class RecordLink:
             self._losses.count(events=last)
         elif last:
             self._batch_events[uid] = self._batch_events.get(uid, 0) + last
-        self._send((FINISH, uid, offset, fields))
+        self._send(Finish(uid, offset, fields))
 
     def chunk(self, uid: str, offset: int, data: bytes) -> None:
         """One relayed chunk, ``offset`` µs into its exchange: the hot path."""
@@ -167,7 +163,7 @@ class RecordLink:
         if len(self._out) > self._max_buffer or uid in self._losses.orphans:
             self._lose(uid, data, events)
             return
-        self._batch.append((CHUNK, uid, offset, data))
+        self._batch.append(Chunk(uid, offset, data))
         self._batch_bytes += len(data)
         if events:
             self._batch_events[uid] = self._batch_events.get(uid, 0) + events
@@ -197,16 +193,16 @@ class RecordLink:
         # In stream order, so the recording process knows where the hole is; its last bytes
         # tell whether the next chunk starts a new event.
         last = self._batch[-1] if self._batch else None
-        if last is not None and last[0] == GAP and last[1] == uid:
-            self._batch[-1] = (GAP, uid, last[2] + len(data), (last[3] + data)[-4:])
+        if isinstance(last, Gap) and last.uid == uid:
+            self._batch[-1] = Gap(uid, last.nbytes + len(data), (last.tail + data)[-4:])
         else:
-            self._batch.append((GAP, uid, len(data), data[-4:]))
+            self._batch.append(Gap(uid, len(data), data[-4:]))
         self._schedule()
 
-    def _send(self, msg: BeginMsg | UpdateMsg | StreamMsg | FinishMsg) -> None:
-        uid = msg[1]
+    def _send(self, msg: Begin | Update | Stream | Finish) -> None:
+        uid = msg.uid
         if uid in self._losses.orphans:
-            if msg[0] == FINISH:
+            if isinstance(msg, Finish):
                 self._losses.orphans.discard(uid)
             return
         self._batch.append(msg)
@@ -304,7 +300,7 @@ class RecordLink:
             self._backoff = min(self._backoff * 2, _RESTART_MAX)
             return
         self._restart_at = time.monotonic() + self._backoff
-        config = encode_frame([(CONFIG, self._cfg)])
+        config = encode_frame([Configure(self._cfg)])
         self._out.first(config)
         self._write()  # it opens the store while the proxy starts
 
@@ -370,7 +366,7 @@ class RecordLink:
         if not self._spawned and not self._batch:
             return self._idle_final()
         self._closing = True
-        self._batch.append((CLOSE,))
+        self._batch.append(Close())
         self.flush()  # the proxy's last losses go with it, before it
         child = self._child
         if child is None:
@@ -428,7 +424,13 @@ class RecordLink:
 
     def _retire(self, child: Child) -> None:
         self.retired.add(
-            Casualty(child.recorder_id, child.counts, handed=child.handed, told=child.told)
+            Casualty(
+                child.recorder_id,
+                child.counts,
+                handed=child.handed,
+                told=child.told,
+                done=child.done,
+            )
         )
 
     def _idle_final(self) -> FinalCounts:

@@ -4,22 +4,22 @@ Chunks past the buffer's bound, batches with no recording process to take them, 
 of every exchange begun in a process that died (an orphan: its successor never saw it begin)
 are lost on the proxy's side. Only the proxy can count their events as the store would (an
 event split across two chunks is one, see ``recording.event_count``), so it counts them here
-and tells the next recording process the totals in a LOSSES message: its report then carries
+and tells the next recording process the totals in a ``Lost`` message: its report then carries
 them, and the exit line, its run row and ``ssetape stats`` agree.
 """
 
 from __future__ import annotations
 
 from ssetape.recording.protocol import (
-    BEGIN,
-    CHUNK,
-    CLOSE,
-    FINISH,
-    GAP,
-    LOSSES,
-    STREAM,
-    UPDATE,
+    Begin,
+    Chunk,
+    Close,
+    Finish,
+    Gap,
+    Lost,
     Message,
+    Stream,
+    Update,
 )
 
 __all__ = ["Losses"]
@@ -52,8 +52,8 @@ class Losses:
         """Put what is untold into ``batch`` (before its CLOSE, if it ends with one)."""
         if not self.untold:
             return
-        at = len(batch) - 1 if batch and batch[-1][0] == CLOSE else len(batch)
-        batch.insert(at, (LOSSES, self._untold_exchanges, self._untold_events))
+        at = len(batch) - 1 if batch and isinstance(batch[-1], Close) else len(batch)
+        batch.insert(at, Lost(self._untold_exchanges, self._untold_events))
         self._untold_exchanges = self._untold_events = 0
 
     def shed(self, batch: list[Message], events: dict[str, int]) -> list[Message]:
@@ -66,13 +66,10 @@ class Losses:
         for uid in orphans.intersection(events):
             self.count(events=events.pop(uid))
         kept: list[Message] = []
-        for msg in batch:  # by msg[0] itself: mypy narrows the message's type by it
-            if msg[0] == FINISH and msg[1] in orphans:
-                orphans.discard(msg[1])
-            elif not (
-                (msg[0] == CHUNK or msg[0] == GAP or msg[0] == UPDATE or msg[0] == STREAM)
-                and msg[1] in orphans
-            ):
+        for msg in batch:
+            if isinstance(msg, Finish) and msg.uid in orphans:
+                orphans.discard(msg.uid)
+            elif not (isinstance(msg, Chunk | Gap | Update | Stream) and msg.uid in orphans):
                 kept.append(msg)
         return kept
 
@@ -81,11 +78,11 @@ class Losses:
         each exchange it begins."""
         self.count(events=events)
         for msg in batch:
-            if msg[0] == LOSSES:  # told to no one: to the next recording process then
-                self._untold_exchanges += msg[1]
-                self._untold_events += msg[2]
-            elif msg[0] == BEGIN:
+            if isinstance(msg, Lost):  # told to no one: to the next recording process then
+                self._untold_exchanges += msg.exchanges
+                self._untold_events += msg.events
+            elif isinstance(msg, Begin):
                 self.count(exchanges=1)
-                self.orphans.add(msg[1])
-            elif msg[0] == FINISH:
-                self.orphans.discard(msg[1])
+                self.orphans.add(msg.uid)
+            elif isinstance(msg, Finish):
+                self.orphans.discard(msg.uid)

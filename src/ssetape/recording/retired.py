@@ -1,10 +1,13 @@
-"""Recording processes that died: what each really stored, counted from the store itself.
+"""Recording processes that died: what each really stored, read from its run row.
 
 A recording process reports its counts twice a second, so a ``kill -9`` leaves its last report
-up to half a second (and a batch or two) behind what it committed. When the proxy closes, it
-counts each dead process's rows in the store (by its recorder id), takes what it was handed
-and never stored as lost, and writes those exact counts into that process's run row: the exit
-line, ``recorder_runs`` and ``ssetape stats`` then agree with the store.
+up to half a second (and a batch or two) behind what it committed. Its run row is not: every
+transaction that stores rows also writes the running totals into it
+(``Runs.count_stored``). When the proxy closes, it reads each dead process's stored counts
+there, takes what it handed over and never saw stored as lost, and writes those counts into
+that run row: the exit line, ``recorder_runs`` and ``ssetape stats`` then agree, even when a
+prune or ``ssetape_retain`` removed some of those rows in between (they were stored all the
+same; the store's rows are never recounted).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Casualty:
     reported: Counts  # its last report
     handed: int  # events in the frames it took whole, as the store counts them (EventCount)
     told: int  # events the proxy itself lost and told it of (they are in its report)
+    done: int = 0  # exchanges whose end it reported committed
     exact: Counts | None = field(default=None)
 
 
@@ -50,8 +54,9 @@ class Retired:
         return total
 
     def settle(self, db: str, *, deadline: float = 5.0) -> None:
-        """Count each casualty's rows in the store and correct its run row (blocks: call it
-        off the event loop). A store that cannot answer leaves the reported counts."""
+        """Read each casualty's stored counts from its run row and write its losses there
+        (blocks: call it off the event loop). A store that cannot answer leaves the reported
+        counts; a casualty settled once is never settled again."""
         todo = [c for c in self.casualties if c.exact is None and c.recorder_id is not None]
         if not todo:
             return
@@ -65,15 +70,17 @@ class Retired:
             now = dt.datetime.now(dt.UTC)
             for c in todo:
                 assert c.recorder_id is not None
-                exchanges, finished, events = runs.tally(c.recorder_id)
+                run = runs.get(c.recorder_id)
+                exchanges = run.exchanges_recorded if run is not None else 0
+                events = run.events_recorded if run is not None else 0
                 c.exact = dataclasses.replace(
                     c.reported,
                     exchanges_recorded=exchanges,
-                    exchanges_finished=finished,
+                    exchanges_finished=max(c.done, c.reported.exchanges_finished),
                     events_recorded=events,
                     events_lost=c.told + max(0, c.handed - events),
                 )
-                runs.save(c.recorder_id, now, c.exact, stopped_at=now)
+                runs.save(c.recorder_id, now, c.exact, stopped_at=now, keep_stored=True)
         except Exception as e:
             log.warning(
                 "ssetape: cannot count what the dead recording process stored: %s", one_line(e)

@@ -29,26 +29,29 @@ from ssetape.cost.price_book import LazyPriceBook
 from ssetape.framing.framings import Framing
 from ssetape.recorder_id import RecorderId
 from ssetape.recording.capture import Capture
+from ssetape.recording.event_count import EventCount
 from ssetape.recording.protocol import (
-    BEGIN,
-    CHUNK,
-    CLOSE,
-    CONFIG,
-    FINISH,
-    GAP,
-    LOSSES,
-    STREAM,
-    UPDATE,
+    Begin,
+    Chunk,
+    Close,
+    Configure,
     Counts,
     FinalCounts,
+    Finish,
+    Gap,
+    Lost,
     Message,
     Report,
+    Stream,
+    Unknown,
+    Update,
     WorkerConfig,
     encode_report,
     read_frames,
 )
 from ssetape.recording.retention import Retention
 from ssetape.storage.engine import one_line
+from ssetape.storage.ledger import Ledger
 from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
@@ -113,6 +116,9 @@ class RecordWorker:
             on_finished=self.finished,
             max_pending=cfg.max_pending,
             deadline=cfg.deadline,
+            # What it stored goes into its run row with the rows themselves: if this process
+            # dies, the proxy reads it there (recording.retired), never recounts rows.
+            on_commit=lambda conn, exchanges, events: self.reporter.stored(conn, exchanges, events),
         )
         self.live = LiveAnalysis(self.writer)
         self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.run_counts)
@@ -121,25 +127,29 @@ class RecordWorker:
         self.active = cfg.active
         self.captures: dict[str, Capture] = {}
         self.open: set[str] = set()  # begun here, not finished
-        self.capture_failures = 0
-        self.exchanges_finished = 0  # whose finish is committed
-        self.stray_events = 0  # for exchanges this process never saw begin
-        self.oversized_events = 0  # over ssetape_max_event: relayed, not stored
-        self.proxy_lost_exchanges = self.proxy_lost_events = 0
+        # Events of exchanges this process never saw begin, counted as the proxy counts
+        # what it hands over (by their framing), so that the two agree.
+        self.strays = EventCount()
         self.closed = False
         self.unknown: set[str] = set()  # message kinds logged already
         self.on_stored: Callable[[list[str]], object] = lambda uids: None
-        self._handlers: dict[str, Callable[[Any], None]] = {
-            CHUNK: self._chunk,
-            BEGIN: self._begin,
-            UPDATE: self._update,
-            STREAM: self._stream,
-            GAP: self._gap,
-            FINISH: self._finish,
-            LOSSES: self._losses,
-            CLOSE: self._close,
-            CONFIG: self._config,
+        self._handlers: dict[type[Any], Callable[[Any], None]] = {
+            Chunk: self._chunk,
+            Begin: self._begin,
+            Update: self._update,
+            Stream: self._stream,
+            Gap: self._gap,
+            Finish: self._finish,
+            Lost: self._lost,
+            Close: self._close,
+            Configure: self._configure,
+            Unknown: self._unknown,
         }
+
+    @property
+    def ledger(self) -> Ledger:
+        """Its one set of books: every count it reports and saves."""
+        return self.writer.ledger
 
     def start(self) -> None:
         # Loaded beside the first streams, so that the first save does not wait for it.
@@ -152,110 +162,98 @@ class RecordWorker:
             self.retention.start()
 
     def run_counts(self) -> RunCounts:  # called in the reporter's thread
-        st = self.writer.stats
-        return RunCounts(
-            exchanges_recorded=st.exchanges,
-            events_recorded=st.events,
-            exchanges_lost=self.proxy_lost_exchanges + st.dropped_exchanges,
-            events_lost=self.proxy_lost_events
-            + st.dropped_events
-            + self.stray_events
-            + self.oversized_events,
-            store_errors=st.failed_batches,
-            last_error=st.last_error,
-        )
+        return self.writer.stats.run_counts()
 
     def counts(self) -> Counts:
-        """All its counters, for the proxy."""
+        """All its counters, for the proxy: one snapshot of its ledger."""
+        st = self.writer.stats
         return Counts(
-            **dataclasses.asdict(self.run_counts()),
-            capture_failures=self.capture_failures,
-            exchanges_finished=self.exchanges_finished,
-            told_exchanges=self.proxy_lost_exchanges,
-            told_events=self.proxy_lost_events,
+            **dataclasses.asdict(st.run_counts()),
+            capture_failures=st.capture_failures,
+            exchanges_finished=st.exchanges_finished,
+            told_exchanges=st.told_exchanges,
+            told_events=st.told_events,
         )
 
     def handle_batch(self, batch: list[Message]) -> None:
         """One batch from the proxy; its event rows go to the writer together."""
         handlers = self._handlers
         for msg in batch:
-            handler = handlers.get(msg[0])
-            if handler is None:
-                self._unknown(str(msg[0]))
-                continue
             try:
-                handler(msg)
+                handlers[type(msg)](msg)
             except Exception as e:  # one bad message must not end the recording
-                log.error("ssetape: recording error (%s): %s", msg[0], one_line(e))
+                log.error("ssetape: recording error (%s): %s", type(msg).__name__, one_line(e))
         self.live.flush()
         self.writer.hurry()
 
-    def _unknown(self, kind: str) -> None:
-        if kind not in self.unknown:
-            self.unknown.add(kind)
+    def _unknown(self, msg: Unknown) -> None:
+        if msg.tag not in self.unknown:
+            self.unknown.add(msg.tag)
             log.error(
                 "ssetape: the proxy sent a message of unknown kind %r (mismatched ssetape "
                 "versions?); such messages are not recorded",
-                kind[:40],
+                msg.tag[:40],
             )
 
-    # One method per message kind (see ssetape.recording.protocol).
+    # One method per message type (see ssetape.recording.protocol).
 
-    def _chunk(self, msg: tuple[str, str, int, bytes]) -> None:
-        capture = self.captures.get(msg[1])
+    def _chunk(self, msg: Chunk) -> None:
+        capture = self.captures.get(msg.uid)
         if capture is None:
-            self.stray_events += msg[3].count(b"\n\n") or 1
+            self.ledger.not_stored(self.strays.chunk(msg.uid, msg.data))
         else:
-            capture.feed(msg[3], msg[2])
+            capture.feed(msg.data, msg.offset_us)
 
-    def _begin(self, msg: tuple[str, str, dict[str, Any]]) -> None:
-        _, uid, fields = msg
+    def _begin(self, msg: Begin) -> None:
+        uid, fields = msg
         self.open.add(uid)
         self.live.begin(uid, fields)
         self.writer.begin(uid, recorder=self.recorder_id, **fields)
         self.reporter.activate()
 
-    def _update(self, msg: tuple[str, str, dict[str, Any]]) -> None:
-        _, uid, fields = msg
-        if uid in self.open:  # else begun in a recording process that died: the sweep's
-            self.live.update(uid, fields)
-            self.writer.update(uid, **fields)
+    def _update(self, msg: Update) -> None:
+        if msg.uid in self.open:  # else begun in a recording process that died: the sweep's
+            self.live.update(msg.uid, msg.fields)
+            self.writer.update(msg.uid, **msg.fields)
 
-    def _stream(self, msg: tuple[str, str, str, str, int, int]) -> None:
-        _, uid, framing, encoding, max_event, max_decoded = msg
+    def _stream(self, msg: Stream) -> None:
+        uid, framing, encoding = msg.uid, Framing.validate(msg.framing), msg.encoding
         if uid in self.open:
             self.captures[uid] = Capture(
                 uid,
                 self.live,
-                framing=Framing.validate(framing),
+                framing=framing,
                 encoding=encoding,
-                max_event=max_event,
-                max_decoded=max_decoded,
+                max_event=msg.max_event,
+                max_decoded=msg.max_decoded,
             )
+        else:  # its events are counted lost as they come, as the proxy counts them
+            encoded = encoding.strip().lower() not in ("", "identity")
+            self.strays.stream(uid, framing=framing, encoded=encoded)
 
-    def _gap(self, msg: tuple[str, str, int, bytes]) -> None:
-        capture = self.captures.get(msg[1])
+    def _gap(self, msg: Gap) -> None:
+        capture = self.captures.get(msg.uid)
         if capture is not None:
-            capture.gap(msg[2], msg[3])
+            capture.gap(msg.nbytes, msg.tail)
 
-    def _finish(self, msg: tuple[str, str, int, dict[str, Any]]) -> None:
-        _, uid, offset, fields = msg
-        if uid in self.open:
-            self.finish(uid, offset, fields)
+    def _finish(self, msg: Finish) -> None:
+        if msg.uid in self.open:
+            self.finish(msg.uid, msg.offset_us, msg.fields)
+        else:  # a last event without its end, as the proxy counts it
+            self.ledger.not_stored(self.strays.end(msg.uid))
 
-    def _losses(self, msg: tuple[str, int, int]) -> None:
-        self.proxy_lost_exchanges += msg[1]
-        self.proxy_lost_events += msg[2]
+    def _lost(self, msg: Lost) -> None:
+        self.ledger.told(msg.exchanges, msg.events)
 
-    def _close(self, msg: tuple[str]) -> None:
+    def _close(self, msg: Close) -> None:
         self.closed = True
 
-    def _config(self, msg: tuple[str, WorkerConfig]) -> None:
+    def _configure(self, msg: Configure) -> None:
         log.error("ssetape: the proxy configured the recording process twice; ignored")
 
     def finished(self, done: list[tuple[int, str]]) -> None:
         """The writer committed these exchanges' finish (called in its thread)."""
-        self.exchanges_finished += len(done)
+        self.ledger.finished(len(done))
         self.on_stored([uid for _, uid in done])
         self.knowledge.save_live(done)
 
@@ -264,9 +262,7 @@ class RecordWorker:
         capture = self.captures.pop(uid, None)
         if capture is not None:
             capture.close(offset)
-            if capture.error is not None:
-                self.capture_failures += 1
-            self.oversized_events += capture.not_stored
+            self.ledger.not_stored(capture.not_stored, failed_capture=capture.error is not None)
             notes = [fields["error"], capture.error, *capture.notes]
             if capture.missing:
                 notes.append(f"{capture.missing} bytes not recorded: {FELL_BEHIND}")
@@ -335,11 +331,11 @@ def main() -> int:
     inp = os.fdopen(0, "rb", buffering=1 << 20)
     batches = read_frames(inp)
     first = next(batches, None)
-    if not first or first[0][0] != CONFIG:
+    if not first or not isinstance(first[0], Configure):
         log.error("ssetape: the recording process was not configured first; exiting")
         return 2
     try:
-        worker = RecordWorker(first[0][1])
+        worker = RecordWorker(first[0].config)
         # Which exchanges' ends are stored: those it was sent and never confirms are lost
         # if it dies. The counts follow at once, so that a proxy that waits for the ends
         # (a settle, recording.control) knows what they cost.

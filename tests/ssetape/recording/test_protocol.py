@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import io
+import pickle
 import re
 
 import pytest
 
 from ssetape.recording.protocol import (
-    BEGIN,
-    CHUNK,
-    CLOSE,
-    CONFIG,
+    HEADER,
+    Begin,
+    Chunk,
+    Close,
+    Configure,
     Counts,
     FinalCounts,
+    Finish,
+    Gap,
+    Lost,
     Message,
     Report,
+    Stream,
+    Unknown,
+    Update,
     WorkerConfig,
     decode_report,
     encode_frame,
@@ -26,17 +34,34 @@ from ssetape.recording.protocol import (
 
 def test_frames_carry_batches_as_they_were_sent() -> None:
     batches: list[list[Message]] = [
-        [(CONFIG, WorkerConfig(db="x.db", max_pending=5, active=True))],
-        [(BEGIN, "u1", {"method": "POST"}), (CHUNK, "u1", 120, b"data: 1\n\n")],
-        [(CLOSE,)],
+        [Configure(WorkerConfig(db="x.db", max_pending=5, active=True))],
+        [
+            Begin("u1", {"method": "POST"}),
+            Update("u1", {"status": 200}),
+            Stream("u1", "sse", "gzip", 10, 20),
+            Chunk("u1", 120, b"data: 1\n\n"),
+            Gap("u1", 7, b"\n\n"),
+            Finish("u1", 130, {"state": "completed"}),
+            Lost(1, 2),
+        ],
+        [Close()],
     ]
     pipe = io.BytesIO(b"".join(encode_frame(b) for b in batches))
-    assert list(read_frames(pipe)) == batches
+    got = list(read_frames(pipe))
+    # The same values, of the same types: each end sees typed messages only.
+    assert got == batches
+    assert [[type(m) for m in b] for b in got] == [[type(m) for m in b] for b in batches]
+
+
+def test_a_message_of_a_newer_proxy_reads_as_unknown() -> None:
+    payload = pickle.dumps([("zz", "u1", 1), ("c", "u1", 1), ("close",)])  # a chunk, short
+    got = list(read_frames(io.BytesIO(HEADER.pack(len(payload)) + payload)))
+    assert got == [[Unknown("zz"), Unknown("c"), Close()]]
 
 
 def test_a_cut_frame_ends_the_batches() -> None:
-    whole = encode_frame([(CLOSE,)])
-    assert list(read_frames(io.BytesIO(whole + whole[:-1]))) == [[(CLOSE,)]]
+    whole = encode_frame([Close()])
+    assert list(read_frames(io.BytesIO(whole + whole[:-1]))) == [[Close()]]
 
 
 @pytest.mark.parametrize(
