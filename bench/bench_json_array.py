@@ -1,5 +1,5 @@
-"""Throughput of ssetape.json_array.JsonArrayParser (Gemini's streamed JSON array), on ordinary
-and on bracket-dense data, fed in 64 KiB chunks.
+"""Throughput of ssetape.framing.json_array.JsonArrayParser (Gemini's streamed JSON array), on
+ordinary and on bracket-dense data, fed in 64 KiB chunks.
 
     python -m bench.bench_json_array [--against OLD.py]
 
@@ -15,7 +15,7 @@ import importlib.util
 import time
 from types import ModuleType
 
-import ssetape.json_array
+import ssetape.framing.json_array
 
 SIZE = 1_000_000
 
@@ -69,7 +69,7 @@ def main() -> None:
     print("|---|---:" + ("|---:|---:|" if other else "|"))
     for name, element in CASES.items():
         data = b"[" + b",".join([element] * max(1, SIZE // len(element))) + b"]"
-        now = rate(ssetape.json_array, data)
+        now = rate(ssetape.framing.json_array, data)
         if other is None:
             print(f"| {name} | {now:.1f} |")
         else:

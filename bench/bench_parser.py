@@ -1,4 +1,4 @@
-"""Throughput of ssetape.sse.SseParser on realistic LLM streams.
+"""Throughput of ssetape.framing.sse.SseParser on realistic LLM streams.
 
 Run with ``python bench/bench_parser.py``; prints a markdown table of events/s and MB/s for
 OpenAI- and Anthropic-style streams delivered one event per chunk, in 64 KiB chunks and in
@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 
 # Token-sized deltas, some of them multi-byte, as models stream them.
 WORDS = ["the", "quick", "fox", "jumps", "over", "lazy", "dog", "tokens", "API", "🙂", "café", "."]

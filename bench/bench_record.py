@@ -36,8 +36,8 @@ import httpx
 import openai
 import orjson
 
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.routes import plan
-from ssetape.sse import SseParser
 
 BIN = Path(sys.executable).parent
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import orjson
 
 from bench.bench_record import BIN, free_port, process
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 from ssetape.storage.store import Store
 
 RECORDINGS = 20

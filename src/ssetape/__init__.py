@@ -45,8 +45,8 @@ _HOMES = {
     "Outcome": "ssetape.vocabulary",
     "RecordMode": "ssetape.vocabulary",
     "Simulator": "ssetape.simulator.simulator",
-    "SseEvent": "ssetape.sse",
-    "SseParser": "ssetape.sse",
+    "SseEvent": "ssetape.framing.sse",
+    "SseParser": "ssetape.framing.sse",
     "Store": "ssetape.storage.store",
     "StoreError": "ssetape.storage.store",
 }
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from ssetape.cassettes.cassette import Cassette
     from ssetape.cassettes.codec import CassetteError
     from ssetape.cassettes.format import ImportReport
+    from ssetape.framing.sse import SseEvent, SseParser
     from ssetape.simulator.simulator import Simulator
-    from ssetape.sse import SseEvent, SseParser
     from ssetape.storage.store import Store, StoreError
     from ssetape.vocabulary import ExchangeState, Outcome, RecordMode
 

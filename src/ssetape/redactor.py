@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import orjson
 
-from ssetape.json_spans import NotJson, member_spans
+from ssetape.framing.json_spans import NotJson, member_spans
 
 DEFAULT_HEADERS = frozenset(
     {

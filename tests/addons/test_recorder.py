@@ -13,10 +13,10 @@ import openai
 import orjson
 import pytest
 
-from ssetape.decoders import decode
+from ssetape.framing.decoders import decode
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc

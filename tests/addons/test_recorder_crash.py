@@ -26,10 +26,10 @@ from mitmproxy import http
 from sqlalchemy import text
 
 from ssetape.addons.recorder import MOVED, STOPPED, Recorder
+from ssetape.framing.sse import SseParser
 from ssetape.recording.link import FLUSH_DELAY
 from ssetape.recording.worker import PROXY_GONE
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store

@@ -30,9 +30,9 @@ import httpx
 import orjson
 import pytest
 
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, pg_database, wait_for

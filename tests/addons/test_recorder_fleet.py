@@ -10,8 +10,8 @@ import httpx
 import orjson
 from sqlalchemy import func, select
 
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.models import Event
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store

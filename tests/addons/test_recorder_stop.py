@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from sqlalchemy import delete, func, select, update
 
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc, tls_simulator

@@ -26,14 +26,10 @@ MAX_LINES = 450
 # Concerns from the bottom up: a module may import its own layer and those below it.
 LAYERS = [
     {
-        "sse",
         "records",
         "vocabulary",
-        "json_spans",
-        "json_array",
         "matching",
         "redactor",
-        "decoders",
         "files",
         "recorder_id",
         "http_fields",
@@ -67,7 +63,7 @@ def imports_of(path: Path) -> set[str]:
             found |= {a.name for a in node.names if a.name.startswith("ssetape")}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ssetape"):
             assert node.module is not None
-            if node.module != "ssetape":  # `from ssetape import sse` imports ssetape.sse
+            if node.module != "ssetape":  # `from ssetape import sse` imports ssetape.framing.sse
                 found.add(node.module)
             # `from ssetape.x import y` may name a module y.
             found |= {f"{node.module}.{a.name}" for a in node.names}

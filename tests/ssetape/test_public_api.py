@@ -42,7 +42,7 @@ def test_all_is_pinned_and_every_name_resolves() -> None:
 
 
 def test_names_are_the_defining_modules_objects() -> None:
-    from ssetape.sse import SseParser
+    from ssetape.framing.sse import SseParser
     from ssetape.vocabulary import RecordMode
 
     assert ssetape.SseParser is SseParser and ssetape.RecordMode is RecordMode

@@ -24,7 +24,7 @@ from ssetape.analysis.apis import APIS, UNKNOWN, api_of_body, api_of_event, dete
 from ssetape.analysis.findings import UNMODELLED, Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
 from ssetape.analysis.tally import Tally
-from ssetape.json_array import JsonArrayParser
+from ssetape.framing.json_array import JsonArrayParser
 from ssetape.vocabulary import ExchangeState, Outcome
 
 __all__ = ["MAX_ERROR_BODY", "Analysis", "Analyzer"]

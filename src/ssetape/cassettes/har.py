@@ -21,8 +21,8 @@ import orjson
 
 from ssetape.cassettes.codec import CassetteError
 from ssetape.cassettes.store_io import Progress, scrubber
-from ssetape.decoders import decode
 from ssetape.files import private_file
+from ssetape.framing.decoders import decode
 from ssetape.http_fields import origin
 from ssetape.storage.cassette_rows import CassetteRows, Narrow
 from ssetape.storage.queries import Queries

@@ -17,9 +17,9 @@ from ssetape.addons.recorder import Recorder
 from ssetape.addons.replayer import Replayer
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.stats import Stats
+from ssetape.framing.sse import SseParser
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.filters import Filters
 from ssetape.storage.store import Store
 from ssetape.views.tables import list_table, show_view, stats_table

@@ -9,8 +9,8 @@ bytes before them. Each header is a name (u8 length, UTF-8), a type byte and a t
 ``:message-type`` says event, exception or error, and ``:event-type`` / ``:exception-type`` /
 ``:error-code`` name it.
 
-Like :mod:`ssetape.sse` it is sans-IO and chunking-independent, and every input byte ends up in
-exactly one frame's ``raw``, so the recorded body is byte-exact. A frame whose prelude is
+Like :mod:`ssetape.framing.sse` it is sans-IO and chunking-independent, and every input byte
+ends up in exactly one frame's ``raw``, so the recorded body is byte-exact. A frame whose prelude is
 impossible (shorter than a frame, headers longer than the frame, a prelude checksum that does
 not match) leaves no way to find the next one: the rest of the stream is then handed back as
 unframed bytes, still exact. A frame longer than ``max_frame`` is skipped by its length, never

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from ssetape.framing.eventstream import EventStreamParser
 from ssetape.framing.ndjson import NdjsonParser
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 
 __all__ = [
     "FRAMINGS",

@@ -1,7 +1,7 @@
 """Incremental splitter for newline-delimited JSON streams (``application/x-ndjson``).
 
 Ollama's native API (``/api/chat``, ``/api/generate``) and other producers stream one JSON
-document per line. Like :mod:`ssetape.sse` it is sans-IO and chunking-independent, and every
+document per line. Like :mod:`ssetape.framing.sse` it is sans-IO and chunking-independent, and every
 input byte ends up in exactly one line's ``raw`` (its newline included), so the recorded body
 is byte-exact. A line's ``data`` is its text without the line end; a blank line has none.
 The caller bounds a line's size through :attr:`NdjsonParser.pending`, as it does for SSE.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ssetape.decoders import Decoder, decoder
+from ssetape.framing.decoders import Decoder, decoder
 from ssetape.framing.framings import FRAMINGS, FrameParser, Framing, ParsedFrame
 from ssetape.records import EventSink
 

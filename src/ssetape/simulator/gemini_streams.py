@@ -6,7 +6,7 @@ token(s) in ``candidates[0].content.parts``; the last one adds ``finishReason`` 
 ``?alt=sse``, frames each chunk as ``data: {json}`` ended by CRLF CRLF; without it the chunks
 are the elements of one JSON array streamed over chunked ``application/json`` (``[`` before
 the first element, ``\\r\\n,`` before the others, ``\\r\\n]`` at the end), which is what
-:mod:`ssetape.json_array` splits. ``:generateContent`` answers one JSON object.
+:mod:`ssetape.framing.json_array` splits. ``:generateContent`` answers one JSON object.
 
 Scenario keywords (see :mod:`ssetape.simulator.scenario`) map to Gemini's own signals: a
 token limit ends with ``MAX_TOKENS``; refusal stops with ``SAFETY`` after a little text, or

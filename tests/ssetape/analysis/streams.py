@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
+from ssetape.framing.sse import SseParser
 from ssetape.simulator import scenario as scenarios
 from ssetape.simulator.routes import plan
 from ssetape.simulator.scenario import (
@@ -16,7 +17,6 @@ from ssetape.simulator.scenario import (
     parse_request,
     tool_arguments,
 )
-from ssetape.sse import SseParser
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"

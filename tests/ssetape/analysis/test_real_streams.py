@@ -35,7 +35,7 @@ import pytest
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.profiles import profile_for
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 from tests.corpus import RealStream, by_name, real_streams
 
 # name, profile, api, model, outcome, reason, input, output, cache read, cache write,

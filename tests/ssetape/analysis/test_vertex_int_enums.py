@@ -24,7 +24,7 @@ import pytest
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.profiles import profile_for
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 
 CORPUS = Path(__file__).parents[2] / "data" / "real_streams"
 

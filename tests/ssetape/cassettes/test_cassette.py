@@ -19,10 +19,10 @@ import pytest
 from sqlalchemy import Table, insert, select
 
 from ssetape.cassettes.cassette import Cassette, CassetteError
+from ssetape.framing.sse import SseParser
 from ssetape.redactor import Redactor
 from ssetape.replay.request_index import RequestIndex
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.storage.models import Chunk, Event, Exchange
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_schema

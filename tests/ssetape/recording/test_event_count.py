@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ssetape.framing.framings import Framing
+from ssetape.framing.sse import SseParser
 from ssetape.recording.capture import Capture
 from ssetape.recording.event_count import EventCount
-from ssetape.sse import SseParser
 from tests.ssetape.recording.sink import Sink
 
 STREAM = b': comment\n\ndata: {"a": "\xc3\xa9"}\n\nevent: x\ndata: 2\n\ndata: last'

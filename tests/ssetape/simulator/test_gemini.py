@@ -11,11 +11,11 @@ import pytest
 
 from ssetape.analysis.rules.gemini import RULES
 from ssetape.analysis.tally import Tally
-from ssetape.json_array import JsonArrayParser
+from ssetape.framing.json_array import JsonArrayParser
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.routes import plan, route
 from ssetape.simulator.scenario import TTFB, Plan, parse_request
 from ssetape.simulator.simulator import Simulator
-from ssetape.sse import SseParser
 from ssetape.vocabulary import Outcome
 
 PROMPT = "Tell me about tapes"

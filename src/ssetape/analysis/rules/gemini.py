@@ -9,7 +9,7 @@ terminal. The usage may still follow in a later chunk, so that chunk marks the s
 without closing it (a close would report the usage chunk as arriving after the terminal).
 
 Without ``alt=sse`` the same objects arrive as the elements of one streamed JSON array (see
-:mod:`ssetape.json_array`); :func:`body_elements` applies such an array read whole.
+:mod:`ssetape.framing.json_array`); :func:`body_elements` applies such an array read whole.
 
 finishReason -> outcome, after the google-genai SDK's ``FinishReason`` enum:
 

@@ -10,11 +10,11 @@ import pytest
 
 from ssetape.analysis.analyzer import Analysis
 from ssetape.analysis.profiles import profile_for
+from ssetape.framing.sse import SseParser
 from ssetape.simulator.openai_streams import REFUSAL
 from ssetape.simulator.scenario import (
     answer_tokens,
 )
-from ssetape.sse import SseParser
 from ssetape.vocabulary import ERROR_OUTCOMES
 from tests.corpus import by_name
 from tests.ssetape.analysis.streams import (

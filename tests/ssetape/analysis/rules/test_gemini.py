@@ -10,7 +10,7 @@ import pytest
 from ssetape.analysis.findings import FindingCode
 from ssetape.analysis.rules.gemini import FINISH, RULES, body_elements, error_reason
 from ssetape.analysis.tally import Tally
-from ssetape.json_array import JsonArrayParser
+from ssetape.framing.json_array import JsonArrayParser
 from ssetape.vocabulary import Outcome
 
 MODEL = "gemini-2.5-flash"

@@ -10,7 +10,7 @@ import pytest
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.profiles import profile_for
-from ssetape.sse import SseParser
+from ssetape.framing.sse import SseParser
 from tests.ssetape.analysis.streams import CHAT, MESSAGES, RESPONSES, run
 
 VERTEX = (

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ssetape.json_array import DEFAULT_MAX_ELEMENT, JsonArrayParser
+from ssetape.framing.json_array import DEFAULT_MAX_ELEMENT, JsonArrayParser
 
 # Gemini's own framing: CRLF before each comma and before the closing bracket.
 GEMINI = (

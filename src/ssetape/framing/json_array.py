@@ -6,7 +6,7 @@ the way SSE events are timed, an element has to be recognised the moment its las
 without waiting for the array to close and without parsing JSON: :class:`JsonArrayParser` only
 tracks nesting and strings, and hands back each element's exact bytes.
 
-Like :mod:`ssetape.sse` it is sans-IO and chunking-independent: the elements are the same
+Like :mod:`ssetape.framing.sse` it is sans-IO and chunking-independent: the elements are the same
 however the input is split. The scan state is kept across feeds, so every byte is looked at
 once (O(n) overall), and an element larger than ``max_element`` is skipped rather than buffered,
 so memory stays bounded whatever the upstream sends.

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ssetape.sse import SseEvent, SseParser
+from ssetape.framing.sse import SseEvent, SseParser
 
 BOM = b"\xef\xbb\xbf"
 

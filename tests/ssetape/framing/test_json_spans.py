@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ssetape.json_spans import NotJson, member_spans
+from ssetape.framing.json_spans import NotJson, member_spans
 
 json_values = st.recursive(
     st.none()

@@ -8,7 +8,7 @@ import zlib
 import brotli
 import pytest
 
-from ssetape.decoders import DECODERS, DecodingTooLarge, decode, decoder
+from ssetape.framing.decoders import DECODERS, DecodingTooLarge, decode, decoder
 
 TEXT = b'data: {"choices":[{"delta":{"content":"caf\xc3\xa9"}}]}\n\n' * 200
 
