@@ -69,7 +69,9 @@ class Analysis:
     output_text: str = ""
     refusal_text: str = ""
     reasoning_text: str = ""
+    # The first MAX_TOOL_CALLS (ssetape.analysis.tool_calls), and how many the stream opened.
     tool_calls: list[dict[str, str]] = field(default_factory=list)
+    tool_calls_total: int = 0
     findings: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
@@ -289,14 +291,8 @@ class Analyzer:
             output_text="".join(tally.text),
             refusal_text="".join(tally.refusal),
             reasoning_text="".join(tally.reasoning),
-            tool_calls=[
-                {
-                    "id": c.id,
-                    "name": c.name,
-                    "arguments": "".join(c.parts) if c.final is None else c.final,
-                }
-                for c in tally.tools.values()
-            ],
+            tool_calls=tally.tools.listed(),
+            tool_calls_total=len(tally.tools),
             findings=findings + extra,
         )
 

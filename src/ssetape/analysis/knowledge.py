@@ -34,8 +34,9 @@ log = logging.getLogger("ssetape.analysis.knowledge")
 
 # Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
 # 2: provider profiles, cache and reasoning counts; 3: web searches; 4: Bedrock, Ollama, Cohere,
-# Interactions, vendor quirks (Vertex, Mistral...), HTTP errors read as bodies.
-ANALYSIS_VERSION = 4
+# Interactions, vendor quirks (Vertex, Mistral...), HTTP errors read as bodies; 5: the first
+# 1,000 tool calls kept, with tool_calls_total (a stream of 200,000 stored 11 MB of them).
+ANALYSIS_VERSION = 5
 _PAGE = 5_000
 # Rows of a streamed HTTP error read for its body (of which MAX_ERROR_BODY bytes are kept).
 _ERROR_ROWS = 1_000
@@ -66,6 +67,7 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
             "refusal_text": a.refusal_text,
             "reasoning_text": a.reasoning_text,
             "tool_calls": a.tool_calls,
+            "tool_calls_total": a.tool_calls_total,
             "web_searches": a.web_searches,
         },
         "analysis_version": ANALYSIS_VERSION,

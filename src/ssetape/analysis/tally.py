@@ -7,10 +7,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ssetape.analysis.findings import Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
+from ssetape.analysis.tool_calls import ToolCall, ToolCalls
 
 __all__ = ["MAX_FINDINGS", "Tally", "ToolCall", "as_count"]
 
@@ -18,16 +17,6 @@ MAX_FINDINGS = 100
 # How many unknown event names are remembered for de-duplication; past that the findings cap
 # has long been reached, so remembering more would only cost memory.
 _MAX_UNKNOWN_NAMES = 1000
-
-
-@dataclass(slots=True)
-class ToolCall:
-    id: str = ""
-    name: str = ""
-    parts: list[str] = field(default_factory=list)
-    # The complete arguments when the stream states them (Responses ``...arguments.done``,
-    # non-streamed bodies); they win over the concatenated deltas.
-    final: str | None = None
 
 
 class Tally:
@@ -41,7 +30,8 @@ class Tally:
         self.text: list[str] = []
         self.refusal: list[str] = []
         self.reasoning: list[str] = []
-        self.tools: dict[object, ToolCall] = {}
+        # The first MAX_TOOL_CALLS calls (ssetape.analysis.tool_calls); the rest counted.
+        self.tools = ToolCalls()
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
         self.total_tokens: int | None = None
@@ -91,10 +81,7 @@ class Tally:
         self.add(FindingCode.UNKNOWN_EVENT, seq, detail)
 
     def tool(self, key: object) -> ToolCall:
-        call = self.tools.get(key)
-        if call is None:
-            call = self.tools[key] = ToolCall()
-        return call
+        return self.tools.call(key)
 
     def usage(self, inp: object, out: object, total: object) -> None:
         """Record reported token counts; values that are not counts are ignored, never guessed."""

@@ -6,6 +6,7 @@ from typing import Any
 
 from ssetape.mcp_server import texts
 from ssetape.mcp_server.paging import (
+    MAX_PAGE_BYTES,
     PAGE_BYTES,
     Page,
     ToolError,
@@ -15,6 +16,7 @@ from ssetape.mcp_server.paging import (
     since_of,
 )
 from ssetape.mcp_server.texts import clip
+from ssetape.storage.exchange_heads import ExchangeHead, ExchangeHeads
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
@@ -86,35 +88,75 @@ def event_doc(e: Event) -> dict[str, Any]:
             "data": texts.text(e.data, EVENT_TEXT)}  # fmt: skip
 
 
-def _knowledge(x: Exchange, queries: Queries) -> dict[str, Any]:
-    doc = knowledge(x, queries.findings(x.id))
-    for name in _LONG_TEXTS:
+def _listed(
+    name: str, items: list[Any], budget: int, how: str, total: int | None = None
+) -> dict[str, Any]:
+    """``items`` as the documents that fit ``budget`` (at least one), with how many there
+    are (``total``, when there are more than ``items``) and, when not all are shown, a note
+    saying how to see the rest."""
+    page = Page.fill(items, clip, budget, name.rstrip("s").replace("_", " "))
+    total = len(items) if total is None else total
+    out: dict[str, Any] = {name: page.docs, f"{name}_total": total}
+    if page.rows < total or page.note is not None:
+        shown = f"{page.rows} of {total} shown, within max_bytes ({budget})"
+        out[f"{name}_note"] = f"{shown}: {how}" + (f"; {page.note}" if page.note else "")
+    return out
+
+
+_MORE = f"a larger max_bytes (at most {MAX_PAGE_BYTES}) shows more"
+
+
+def _knowledge(head: ExchangeHead, queries: Queries, budget: int) -> dict[str, Any]:
+    x = head.exchange
+    doc = knowledge(x, queries.findings(x.id), full=True, text=False)
+    doc["output_text"] = texts.head(head.output_text)
+    for name in _LONG_TEXTS[1:]:
         doc[name] = texts.text(doc[name])
+    calls, total = doc["tool_calls"], doc["tool_calls_total"]
+    if calls is not None:
+        kept = (f"{_MORE} of the first {len(calls)}, which the store keeps of {total} "
+                "(every call is in the stream's events: events=true)")  # fmt: skip
+        doc.update(_listed("tool_calls", calls, budget, kept, total))
+    doc.update(_listed("findings", doc["findings"], budget, _MORE))
     return {k: v if k in _LONG_TEXTS else clip(v) for k, v in doc.items()}
+
+
+def _read(queries: Queries, id_or_uid: str | int) -> ExchangeHead:
+    """The exchange an agent names (as :func:`lookup` takes it), its bodies and output text
+    read cut to what is shown."""
+    key = id_or_uid.strip() if isinstance(id_or_uid, str) else id_or_uid
+    found = ExchangeHeads(queries.store).exchange(key, texts.TEXT) if key != "" else None
+    if found is None:
+        raise ToolError(f"no exchange {str(id_or_uid)[:40]!r} in this store")
+    return found
 
 
 def get_exchange(
     queries: Queries, id: str | int, *, events: bool = False, after_seq: int = -1,
     limit: int = 50, max_bytes: int = PAGE_BYTES,
 ) -> dict[str, Any]:  # fmt: skip
-    x = lookup(queries, id)
+    """One exchange; each list in it (headers, tool calls, findings, events) holds what fits
+    ``max_bytes``, with its total."""
+    budget = budget_of(max_bytes)
+    head = _read(queries, id)
+    x = head.exchange
     doc: dict[str, Any] = {
         "exchange": clip(summary(x)),
         "request": {
-            "headers": clip(x.request_headers or []),
-            "body": texts.text(x.request_body),
+            **_listed("headers", x.request_headers or [], budget, _MORE),
+            "body": texts.head(head.request_body),
         },
         "response": {
             "status": x.status,
             "reason": clip(x.reason),
-            "headers": clip(x.response_headers or []),
+            **_listed("headers", x.response_headers or [], budget, _MORE),
             # A stream's body is its events.
-            "body": texts.text(x.response_body),
+            "body": texts.head(head.response_body),
         },
-        "analysis": _knowledge(x, queries),
+        "analysis": _knowledge(head, queries, budget),
     }
     if events:
-        n, budget = limit_of(limit, EVENTS_MAX), budget_of(max_bytes)
+        n = limit_of(limit, EVENTS_MAX)
         rows = queries.events_page(x.id, after_seq=after_seq, limit=n)
         page = Page.fill(rows, event_doc, budget, "event")
         doc["events"] = page.docs

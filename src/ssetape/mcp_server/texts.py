@@ -12,7 +12,9 @@ from typing import Any
 
 import orjson
 
-__all__ = ["KEPT", "SHORT", "TEXT", "clip", "fit", "size", "text"]
+from ssetape.storage.exchange_heads import Cut
+
+__all__ = ["KEPT", "SHORT", "TEXT", "clip", "fit", "head", "size", "text"]
 
 # Characters of a long text (output, a body, an event's data) handed out.
 TEXT = 4000
@@ -31,6 +33,17 @@ def text(value: str | bytes | None, limit: int = TEXT) -> dict[str, Any] | None:
         shown = value[:limit].decode("utf-8", "replace")
         return {"text": shown, "truncated": len(value) > limit, "size": len(value)}
     return {"text": value[:limit], "truncated": len(value) > limit, "size": len(value)}
+
+
+def head(value: Cut | None, limit: int = TEXT) -> dict[str, Any] | None:
+    """:func:`text` of a body or text the store cut (``storage.exchange_heads``): its head,
+    with the size of the whole."""
+    if value is None:
+        return None
+    shown = value.head[:limit]
+    if isinstance(shown, bytes):
+        shown = shown.decode("utf-8", "replace")
+    return {"text": shown, "truncated": value.size > limit, "size": value.size}
 
 
 def clip(obj: Any, limit: int = SHORT) -> Any:

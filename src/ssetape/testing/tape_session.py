@@ -135,10 +135,14 @@ class TapeSession:
         self.run_id = run_id
         #: The session the exchanges it records belong to (the plugin: the test's node id).
         self.session = session
-        self.lock_dir = lock_dir or default_lock_dir()
         #: True when this test replays the cassette (from this process); False when it
         #: records, new_episodes included (its proxy replays what the cassette holds).
-        self.replaying = mode.replays(tape_empty=not cassette.exists())
+        self.lock_dir = lock_dir or default_lock_dir()
+        # `once` replays a cassette that was there when the run began; one that this run
+        # wrote (another test sharing it recorded first) is recorded into, as it was empty
+        # at the start: the tests sharing it add up.
+        fresh = mode is RecordMode.ONCE and self._written_this_run()
+        self.replaying = mode.replays(tape_empty=fresh or not cassette.exists())
         self.replaying &= not mode.forwards_misses
         self._tmp: Path | None = None
         self._store: Store | None = None
@@ -233,6 +237,14 @@ class TapeSession:
                 shutil.rmtree(self._tmp, ignore_errors=True)
         if problems:
             raise ChildProxyError("; ".join(problems) + f" (cassette {self.cassette} not written)")
+
+    def _written_this_run(self) -> bool:
+        """Whether this run wrote the cassette: the lock holds the id of the run that last
+        wrote it (a cassette this run did not write is no concern of the lock's)."""
+        if not self.run_id or not self.cassette.exists():
+            return False
+        with cassette_lock(self.cassette, self.lock_dir) as lock:
+            return lock.read().strip() == self.run_id
 
     def _save(self, store: Store) -> None:
         self.cassette.parent.mkdir(parents=True, exist_ok=True)

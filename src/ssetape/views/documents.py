@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from ssetape.storage.models import Event, Exchange, Finding
     from ssetape.storage.queries import Queries
 
-__all__ = ["EVENTS_SHOWN", "cost_of", "knowledge", "origin_of", "summary", "url_of", "write_detail"]
+__all__ = [
+    "EVENTS_SHOWN", "TOOL_CALLS_SHOWN", "cost_of", "knowledge", "origin_of", "summary", "url_of",
+    "write_detail",
+]  # fmt: skip
 
 
 def origin_of(x: Exchange) -> str:
@@ -85,9 +88,13 @@ def cost_of(x: Exchange) -> dict[str, Any] | None:
     }
 
 
-def knowledge(x: Exchange, findings: list[Finding]) -> dict[str, Any]:
+def knowledge(
+    x: Exchange, findings: list[Finding], *, full: bool = False, text: bool = True
+) -> dict[str, Any]:
     """What the stream told (see ssetape.analysis.analyzer); null where not analysed or not
-    reported."""
+    reported. The tool calls stored (the first 1,000: ssetape.analysis.tool_calls) are cut to
+    the first :data:`TOOL_CALLS_SHOWN` unless ``full``; ``tool_calls_total`` counts every
+    call the stream opened. ``text``: read ``x.output_text`` (else null: read apart, cut)."""
     details = x.details or {}
     return {
         "gap_ms": {
@@ -96,15 +103,39 @@ def knowledge(x: Exchange, findings: list[Finding]) -> dict[str, Any]:
             "max": _ms(x.gap_max_us),
         },
         "tokens_per_s": x.tokens_per_s,
-        "output_text": x.output_text,
+        "output_text": x.output_text if text else None,
         "refusal_text": details.get("refusal_text"),
         "reasoning_text": details.get("reasoning_text"),
-        "tool_calls": details.get("tool_calls"),
+        **_tool_calls(details.get("tool_calls"), details.get("tool_calls_total"), full),
         "findings": [
             {"code": f.code, "event_seq": f.event_seq, "detail": f.detail} for f in findings
         ],
         "analyzed": x.analysis_version is not None,
     }
+
+
+# Tool calls `show --json` holds unless --full: the first ones, with JSON_MAX characters of
+# arguments among them (one cut to fit says its size, as an event does).
+TOOL_CALLS_SHOWN = 100
+
+
+def _tool_calls(calls: Any, total: Any, full: bool) -> dict[str, Any]:
+    if not isinstance(calls, list):
+        return {"tool_calls": None, "tool_calls_total": None}
+    # Stored before the bound (analysis version 4): every call is in the list.
+    total = total if isinstance(total, int) else len(calls)
+    if full:
+        return {"tool_calls": calls, "tool_calls_total": total}
+    shown: list[Any] = []
+    room = JSON_MAX
+    for call in calls[:TOOL_CALLS_SHOWN]:
+        args = call.get("arguments") if isinstance(call, dict) else None
+        if isinstance(args, str) and len(args) > room:
+            shown.append({**call, "arguments": args[:room], "arguments_characters": len(args)})
+            break
+        shown.append(call)
+        room -= len(args) if isinstance(args, str) else 0
+    return {"tool_calls": shown, "tool_calls_total": total}
 
 
 # What `show --json` holds of each event and body, unless --full.
@@ -189,7 +220,7 @@ def write_detail(
     hole = f"<{secrets.token_hex(16)}>"
     doc = {
         **summary(x),
-        **knowledge(x, findings),
+        **knowledge(x, findings, full=full),
         "fingerprint": x.fingerprint,
         "request": {"headers": x.request_headers, "body": request_body,
                     **({"body_bytes": request_size} if request_size else {})},

@@ -184,7 +184,7 @@ def test_malformed_fields_are_ignored() -> None:
     }
     tally, content = feed(weird, {"candidates": "no"})
     assert content == [False, False]
-    assert (tally.text, tally.tools, tally.model, tally.outcome) == ([], {}, None, None)
+    assert (tally.text, len(tally.tools), tally.model, tally.outcome) == ([], 0, None, None)
     assert (tally.input_tokens, tally.output_tokens) == (None, None)
 
 
