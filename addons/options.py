@@ -14,6 +14,7 @@ from ssetape import redactor
 from ssetape.cost.price_book import PriceBook, PriceDataError
 from ssetape.recording.protocol import RetentionPolicy
 from ssetape.redactor import Redactor
+from ssetape.storage.engine import resolve_target
 from ssetape.storage.filters import parse_since
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import MAX_SESSION, Header, check_session, session_of
@@ -51,6 +52,15 @@ def check_paths(option: str, paths: Sequence[str]) -> None:
     try:
         redactor.check_paths(option, paths)
     except ValueError as e:
+        raise exceptions.OptionsError(str(e)) from None
+
+
+def check_target(target: str) -> None:
+    """An OptionsError (one line) for a ``ssetape_db`` that names no store at all (a bad URL,
+    an unsupported database), found without connecting to it."""
+    try:
+        resolve_target(target or default_db())
+    except StoreError as e:
         raise exceptions.OptionsError(str(e)) from None
 
 

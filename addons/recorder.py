@@ -12,6 +12,7 @@ Every offset, TTFB and duration is measured on the monotonic clock (``recording.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import threading
@@ -28,6 +29,7 @@ from ssetape.addons.options import (
     add_session_option,
     add_store_options,
     at_least,
+    check_target,
     configured_price_data,
     configured_retention,
     configured_session,
@@ -59,8 +61,8 @@ from ssetape.framing.framings import framing_of
 from ssetape.recording import clock
 from ssetape.recording.body_tap import BodyTap
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
+from ssetape.recording.exit_line import counts_line
 from ssetape.recording.link import RecordLink
-from ssetape.recording.protocol import FinalCounts
 from ssetape.redactor import Redactor
 from ssetape.storage.store import Store
 from ssetape.vocabulary import INLINE_BODY, ExchangeState, RecordMode
@@ -85,10 +87,6 @@ def end_state(msg: str, has_response: bool) -> str:
     return ExchangeState.TRUNCATED if has_response else ExchangeState.FAILED
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 class Recorder:
     def __init__(self) -> None:
         self.store: Store | None = None
@@ -101,6 +99,8 @@ class Recorder:
         # (something was lost), so `ssetape record` need not print it again.
         self.exit_line: str | None = None
         self.exit_warned = False
+        self._running = False  # the proxy relays: a store is opened off its event loop
+        self._reopening: set[asyncio.Task[None]] = set()
 
     def load(self, loader: Loader) -> None:
         add_store_options(loader)
@@ -153,6 +153,7 @@ class Recorder:
         )
 
     async def running(self) -> None:
+        self._running = True
         # Whoever waits for the proxy to be up (`ssetape record` prints its address after
         # this hook) can count on recording too: the recording process has its store open.
         link = self.link
@@ -180,13 +181,10 @@ class Recorder:
         if new_retention or self.store is None or updated & {
             "ssetape_db", "ssetape_store_timeout", "ssetape_price_data"
         }:  # fmt: skip
-            # Opened here too: a bad target is an option error (and the old store stays),
-            # and migrations run once.
-            store = open_store(ctx.options.ssetape_db)
-            self._retire()
-            self.store = store
-            self.link = RecordLink(
-                ctx.options.ssetape_db or default_db(),
+            target = ctx.options.ssetape_db
+            make_link = functools.partial(
+                RecordLink,
+                target or default_db(),
                 max_pending=max_pending,
                 deadline=deadline,
                 price_data=price_data,
@@ -194,13 +192,48 @@ class Recorder:
                 # Beside the replayer, a replay-only session must leave its tape untouched.
                 active="ssetape_record_mode" not in ctx.options,
             )
-            self.link.start()
-            self.redactor = None
-            log.info("ssetape: recording to %s", self.store.url)
+            if self._running:
+                # A change while the proxy relays streams (mitmweb's options, a script):
+                # opening and migrating a store can take seconds (a slow PostgreSQL), so it
+                # runs in a thread and the loop never waits; until it is open the exchanges
+                # go on into the old store, and a store that cannot be opened is logged and
+                # leaves the old one in place. A target that is no store at all is still an
+                # option error here.
+                check_target(target)
+                task = asyncio.get_running_loop().create_task(self._reopen(target, make_link))
+                self._reopening.add(task)
+                task.add_done_callback(self._reopening.discard)
+                return
+            # Before the proxy listens (mitmproxy runs every addon's first configure before
+            # it accepts a connection): a bad target is an option error, migrations run once.
+            self._adopt(open_store(target), make_link)
         if self.redactor is None or updated & {"ssetape_redact_header", "ssetape_redact_field"}:
+            assert self.store is not None
             self.redactor = store_redactor(
                 self.store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
             )
+
+    async def _reopen(self, target: str, make_link: Callable[[], RecordLink]) -> None:
+        try:
+            store = await asyncio.to_thread(open_store, target)
+        except exceptions.OptionsError as e:
+            where = self.store.url if self.store is not None else "nothing"
+            log.error("ssetape: ssetape_db: %s; still recording to %s", e, where)
+            return
+        self._adopt(store, make_link)
+        self.redactor = store_redactor(
+            store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
+        )
+
+    def _adopt(self, store: Store, make_link: Callable[[], RecordLink]) -> None:
+        """Record into ``store`` from now on; the old one's recording process finishes what
+        it holds in a thread of its own."""
+        self._retire()
+        self.store = store
+        self.link = make_link()
+        self.link.start()
+        self.redactor = None
+        log.info("ssetape: recording to %s", store.url)
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """A body over MAX_BODY, or of unknown length, streams through a tap instead of being
@@ -396,52 +429,13 @@ class Recorder:
 
     def _close(self, link: RecordLink | None, store: Store | None, *, last: bool) -> None:
         if link is not None:
-            line, warned = self._counts_line(link.close(), link)
+            line, warned = counts_line(link.close(), link)
             if line is not None:
                 log.log(logging.WARNING if warned else logging.INFO, line)
             if last:  # the exit line is the session's last store's
                 self.exit_line, self.exit_warned = line, warned
         if store is not None:
             store.close()
-
-    def _counts_line(self, final: FinalCounts | None, link: RecordLink) -> tuple[str | None, bool]:
-        """One line with what was stored and lost, and whether anything was lost."""
-        if final is None:
-            return (
-                f"ssetape: the recording process did not report its counts; "
-                f"{_n(link.lost_exchanges, 'exchange')} known lost (see the errors above)"
-            ), True
-        # Recording processes that died count with what they last reported; their
-        # exchanges count once finished (those in flight are counted lost).
-        retired = link.retired.totals()
-        total = retired.plus(final)
-        exchanges = final.exchanges_recorded + retired.exchanges_finished
-        stored = f"{_n(total.events_recorded, 'event')} in {_n(exchanges, 'exchange')} stored"
-        parts = [f"ssetape: {stored}"]
-        bad = (
-            total.events_lost
-            or total.exchanges_lost
-            or total.store_errors
-            or total.capture_failures
-            or link.restarts
-        )
-        if bad:
-            lost = f"{_n(total.events_lost, 'event')} and {_n(total.exchanges_lost, 'exchange')}"
-            parts.append(f"{lost} lost")
-            if total.capture_failures:
-                parts.append(f"{_n(total.capture_failures, 'stream')} not parsed")
-            if total.store_errors:
-                writes = _n(total.store_errors, "failed write")
-                parts.append(f"{writes} (last: {final.last_error})")
-            if link.restarts:
-                parts.append(f"recording process restarted {_n(link.restarts, 'time')}")
-        elif not final.active:
-            return None, False  # beside the replayer, nothing was recorded: nothing to report
-        else:
-            parts.append("none lost")
-        if not final.saved:
-            parts.append(f"counts not saved to the store ({final.last_failure})")
-        return ", ".join(parts), bool(bad) or not final.saved
 
 
 addons = [ConnectionGuard(), Recorder()]
