@@ -205,3 +205,24 @@ def test_each_vocabulary_is_spelled_out_once(vocabulary: type) -> None:
         for hit in _vocabulary_literals(path)
     ]
     assert not strays
+
+
+def test_no_sql_outside_storage() -> None:
+    """Every reader and writer goes through the typed queries of storage/: no module outside
+    storage/ and migrations/ builds a statement or names a table. What is left to others is
+    SQLAlchemy's exceptions (to tell a store's failure from a bug) and URL parsing."""
+    allowed = {"sqlalchemy.exc", "sqlalchemy.make_url"}
+    found = []
+    for name, path in modules():
+        if name.startswith(("ssetape.storage", "ssetape.migrations")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
+                used = {node.module} if node.module != "sqlalchemy" else set()
+                used |= {f"sqlalchemy.{a.name}" for a in node.names if node.module == "sqlalchemy"}
+                found += [f"{name}: {u}" for u in sorted(used - allowed)]
+            elif isinstance(node, ast.Import):
+                found += [
+                    f"{name}: {a.name}" for a in node.names if a.name.startswith("sqlalchemy")
+                ]
+    assert not found

@@ -12,11 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.apis import APIS, streams_array
@@ -27,7 +25,8 @@ from ssetape.cost.price import Price
 from ssetape.cost.price_book import LazyPriceBook, PriceBook, PriceQuery
 from ssetape.framing.framings import Framing, framing_of
 from ssetape.storage.engine import describe, is_transient
-from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.storage.knowledge_rows import KnowledgeRows, KnowledgeTx
+from ssetape.storage.models import Exchange, Finding
 from ssetape.storage.store import Store
 
 log = logging.getLogger("ssetape.analysis.knowledge")
@@ -37,10 +36,8 @@ log = logging.getLogger("ssetape.analysis.knowledge")
 # Interactions, vendor quirks (Vertex, Mistral...), HTTP errors read as bodies; 5: the first
 # 1,000 tool calls kept, with tool_calls_total (a stream of 200,000 stored 11 MB of them).
 ANALYSIS_VERSION = 5
-_PAGE = 5_000
 # Rows of a streamed HTTP error read for its body (of which MAX_ERROR_BODY bytes are kept).
 _ERROR_ROWS = 1_000
-EXCHANGES = cast(Table, Exchange.__table__)
 
 
 def knowledge_columns(a: Analysis) -> dict[str, Any]:
@@ -79,8 +76,6 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
 KNOWLEDGE_COLUMNS = frozenset(knowledge_columns(Analysis("", None, "", None))) | frozenset(
     Price(None).columns()
 )
-_UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
-_WHERE = (EXCHANGES.c.id, EXCHANGES.c.scheme, EXCHANGES.c.host, EXCHANGES.c.port)
 
 
 def skipped_line(skipped: list[tuple[int, str]]) -> str:
@@ -104,23 +99,17 @@ def price_query(
     )  # fmt: skip
 
 
-def _prices(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook) -> list[Price]:
+def _prices(tx: KnowledgeTx, results: list[tuple[int, Analysis]], book: PriceBook) -> list[Price]:
     """Each analysed exchange's price, from its analysis and where and when it was sent."""
-    ids = [xid for xid, _ in results]
-    rows: dict[int, Any] = {}
-    for start in range(0, len(ids), 500):  # SQLite caps the variables in one statement
-        stmt = select(*_WHERE, EXCHANGES.c.started_at).where(
-            EXCHANGES.c.id.in_(ids[start : start + 500])
-        )
-        rows.update((r.id, r) for r in conn.execute(stmt))
+    places = tx.places([xid for xid, _ in results])
     prices: list[Price] = []
     for xid, a in results:
-        r = rows.get(xid)
-        if r is None:
+        p = places.get(xid)
+        if p is None:
             prices.append(Price(None, "exchange gone", data=book.version))
             continue
         try:
-            prices.append(book.price(price_query(a, r.scheme, r.host, r.port, r.started_at)))
+            prices.append(book.price(price_query(a, p.scheme, p.host, p.port, p.started_at)))
         except Exception as e:  # a price must never cost the exchange its knowledge
             log.warning("pricing exchange %d failed: %r", xid, e)
             prices.append(Price(None, f"pricing failed: {type(e).__name__}", data=book.version))
@@ -128,14 +117,14 @@ def _prices(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBo
 
 
 def _save_each(
-    conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook
+    tx: KnowledgeTx, results: list[tuple[int, Analysis]], book: PriceBook
 ) -> list[tuple[int, str]]:
     """:func:`_save` for all, or if the store rejects that, for each in a savepoint of its
     own, so that an exchange it rejects costs only itself; those, with why. An error of the
     store itself (down, locked) is raised: no other exchange could be saved either."""
     try:
-        with conn.begin_nested():
-            _save(conn, results, book)
+        with tx.savepoint():
+            _save(tx, results, book)
         return []
     except Exception as e:
         if is_transient(e):
@@ -145,8 +134,8 @@ def _save_each(
     failed: list[tuple[int, str]] = []
     for one in results:
         try:
-            with conn.begin_nested():
-                _save(conn, [one], book)
+            with tx.savepoint():
+                _save(tx, [one], book)
         except Exception as e:
             if is_transient(e):
                 raise
@@ -154,35 +143,28 @@ def _save_each(
     return failed
 
 
-def _save(conn: Connection, results: list[tuple[int, Analysis]], book: PriceBook) -> None:
+def _save(tx: KnowledgeTx, results: list[tuple[int, Analysis]], book: PriceBook) -> None:
     """Knowledge columns, price and findings of analysed exchanges: a few statements for all."""
     if not results:
         return
     bounds = [(xid, bounded(a)) for xid, a in results]
     results = [(xid, b) for xid, (b, _) in bounds]
     absurd = {xid: why for xid, (_, why) in bounds if why is not None}
-    prices = _prices(conn, results, book)
+    prices = _prices(tx, results, book)
     for i, (xid, _) in enumerate(results):
         if xid in absurd:  # priced without the count it left out, its price would be wrong
             note = f"{absurd[xid]} past a 32-bit count, stored as unknown"
             prices[i] = Price(None, note, data=book.version)
-    conn.execute(
-        _UPDATE,
-        [
-            {"xid_": xid, **knowledge_columns(a), **price.columns()}
-            for (xid, a), price in zip(results, prices, strict=True)
-        ],
-    )
-    ids = [xid for xid, _ in results]
-    for start in range(0, len(ids), 500):  # SQLite caps the variables in one statement
-        conn.execute(delete(Finding).where(Finding.exchange_id.in_(ids[start : start + 500])))
+    columns = [
+        {"xid_": xid, **knowledge_columns(a), **price.columns()}
+        for (xid, a), price in zip(results, prices, strict=True)
+    ]
     findings = [
         {"exchange_id": xid, "n": n, "code": f.code, "event_seq": f.event_seq, "detail": f.detail}
         for xid, a in results
         for n, f in enumerate(a.findings)
     ]
-    if findings:
-        conn.execute(insert(Finding), findings)
+    tx.save(columns, findings)
 
 
 class Knowledge:
@@ -204,12 +186,12 @@ class Knowledge:
         self.prices = prices or LazyPriceBook()
         self._live = live
         self._profiles = profiles or {}
-        self._engine = store.writing_engine
+        self._rows = KnowledgeRows(store)
         # Exchanges this could not analyse or store the analysis of, with why: they keep
         # what they had (`reindex --stale` tries them again).
         self.skipped: list[tuple[int, str]] = []
 
-    def analyse(self, s: Session, x: Exchange) -> Analysis:
+    def analyse(self, tx: KnowledgeTx, x: Exchange) -> Analysis:
         profile = (
             override_for(x.host, self._profiles, x.port)
             or profile_or_none(x.profile)
@@ -225,32 +207,14 @@ class Knowledge:
         # reads the same rows). An HTTP error's rows are its body, read from their bytes.
         array = framing_of(ctype) is Framing.CHUNKS and streams_array(x.path)
         if x.is_stream and x.status is not None and x.status >= 400:
-            error_stmt = (
-                select(Event.seq, Event.offset_us, Event.event, Event.data, Event.raw)
-                .where(Event.exchange_id == x.id)
-                .order_by(Event.seq)
-                .limit(_ERROR_ROWS)
-            )
-            for seq, offset_us, event, data, raw in s.execute(error_stmt):
-                analyzer.feed_row(seq, offset_us, event, data, bytes(raw))
+            for seq, offset_us, event, data, raw in tx.error_rows(x.id, _ERROR_ROWS):
+                analyzer.feed_row(seq, offset_us, event, data, raw)
         elif x.is_stream and not array:
-            stmt = (
-                select(Event.seq, Event.offset_us, Event.event, Event.data)
-                .where(Event.exchange_id == x.id)
-                .order_by(Event.seq)
-                .execution_options(yield_per=_PAGE)
-            )
-            for seq, offset_us, event, data in s.execute(stmt):
+            for seq, offset_us, event, data in tx.events(x.id):
                 analyzer.feed(seq, offset_us, event, data)
         elif x.is_stream:
-            raw_stmt = (
-                select(Event.seq, Event.offset_us, Event.raw)
-                .where(Event.exchange_id == x.id)
-                .order_by(Event.seq)
-                .execution_options(yield_per=_PAGE)
-            )
-            for seq, offset_us, raw in s.execute(raw_stmt):
-                analyzer.feed_raw(seq, offset_us, bytes(raw))
+            for seq, offset_us, raw in tx.chunks(x.id):
+                analyzer.feed_raw(seq, offset_us, raw)
         return analyzer.finish(
             status=x.status,
             state=x.state,
@@ -260,23 +224,21 @@ class Knowledge:
 
     def update(self, exchange_ids: Iterable[int]) -> int:
         """Analyse and store the exchanges in one transaction; the number done."""
-        # IMMEDIATE on SQLite: this reads, then writes; a plain BEGIN would fail at once
-        # ("database is locked") when another connection commits in between.
-        with Session(self._engine) as s, s.begin():
+        with self._rows.reading() as tx:
             results: list[tuple[int, Analysis]] = []
             for xid in exchange_ids:
-                x = s.get(Exchange, xid)
+                x = tx.exchange(xid)
                 if x is None:
                     continue
                 live = self._live(x.uid) if self._live is not None else None
                 try:
-                    results.append((xid, live if live is not None else self.analyse(s, x)))
+                    results.append((xid, live if live is not None else self.analyse(tx, x)))
                 except DBAPIError:
                     raise  # the transaction is gone: nothing else can be read in it
                 except Exception as e:  # a bug of ours on one stream costs only that one
                     self.skipped.append((xid, describe(e)))
-                s.expunge(x)  # keep the session small over long reindex runs
-            failed = _save_each(s.connection(), results, self.prices())
+                tx.forget(x)
+            failed = _save_each(tx, results, self.prices())
         self.skipped += failed
         return len(results) - len(failed)
 
@@ -296,8 +258,8 @@ class Knowledge:
                 results.append((xid, a))
         failed: list[tuple[int, str]] = []
         if results:
-            with self._engine.begin() as conn:
-                failed = _save_each(conn, results, self.prices())
+            with self._rows.writing() as tx:
+                failed = _save_each(tx, results, self.prices())
         start = len(self.skipped)
         done = len(results) - len(failed) + (self.update(rest) if rest else 0)
         failed += self.skipped[start:]
@@ -309,17 +271,8 @@ class Knowledge:
     def exchange_ids(self, *, stale_only: bool = False) -> list[int]:
         """Exchanges to (re)index: all, or only those not analysed by this version or not
         priced with this price data."""
-        stmt = select(Exchange.id).order_by(Exchange.id)
-        if stale_only:
-            version = self.prices().version
-            stmt = stmt.where(
-                (Exchange.analysis_version.is_(None))
-                | (Exchange.analysis_version != ANALYSIS_VERSION)
-                | Exchange.price_data.is_(None)
-                | (Exchange.price_data != version)
-            )
-        with self._store.Session() as s:
-            return list(s.scalars(stmt))
+        stale = (ANALYSIS_VERSION, self.prices().version) if stale_only else None
+        return self._rows.ids(stale_for=stale)
 
     def reanalyse(self, ids: list[int], *, progress: Callable[[int], None] | None = None) -> int:
         """Analyse ``ids`` again from the store, 100 exchanges per transaction."""
@@ -332,6 +285,4 @@ class Knowledge:
         return done
 
     def findings(self, exchange_id: int) -> list[Finding]:
-        stmt = select(Finding).where(Finding.exchange_id == exchange_id).order_by(Finding.n)
-        with self._store.Session() as s:
-            return list(s.scalars(stmt))
+        return self._rows.findings(exchange_id)
