@@ -13,12 +13,29 @@ from sqlalchemy import ColumnElement, Select, and_, or_
 from ssetape.storage.models import Exchange
 from ssetape.vocabulary import ERROR_OUTCOMES, FAILED, TRANSPORT_ERRORS, parse_outcome
 
-__all__ = ["ExchangeFilter", "Filters", "Picked", "failed_clause", "parse_since"]
+__all__ = [
+    "RANGES",
+    "ExchangeFilter",
+    "Filters",
+    "Picked",
+    "failed_clause",
+    "parse_since",
+    "parse_span",
+]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 
 _AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_SPAN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|µs|ms|s|m)\s*$")
+_SPAN_US = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000, "m": 60_000_000}
+# What a range filter may bound (ssetape list --min-ttft 2s): the timings, in microseconds.
+RANGES = {
+    "duration": Exchange.duration_us,
+    "ttfb": Exchange.ttfb_us,
+    "ttft": Exchange.ttft_us,
+    "gap": Exchange.gap_max_us,
+}
 
 
 def parse_since(
@@ -44,6 +61,17 @@ def parse_since(
     return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
+def parse_span(text: str, *, option: str = "--min-duration") -> int:
+    """A time span as microseconds: ``250ms``, ``2s``, ``1.5s``, ``2m``, ``800us``;
+    ``option`` names it in the error."""
+    m = _SPAN.match(text)
+    # Past 2**63 µs (292,000 years) no column holds it: refused like any other bad value.
+    us = round(float(m.group(1)) * _SPAN_US[m.group(2)]) if m else -1
+    if not 0 <= us < 2**63:
+        raise ValueError(f"{option} {text!r}: use a time like 250ms, 2s, 1.5s or 2m")
+    return us
+
+
 def failed_clause() -> ColumnElement[bool]:
     """``vocabulary.is_failed`` in SQL: the outcome when the exchange was analysed, else its
     transport alone. Every count of failed exchanges (stats, sessions, the web's charts)
@@ -66,6 +94,16 @@ class ExchangeFilter:
     since: dt.datetime | None = None
     text: str | None = None  # in the output text or the path
     session: str | None = None  # exact
+    # Ranges of the timings (RANGES), in microseconds, both ends included: an exchange
+    # without the timing (no TTFT: not a stream, or no content yet) is in no range of it.
+    min_duration: int | None = None
+    max_duration: int | None = None
+    min_ttfb: int | None = None
+    max_ttfb: int | None = None
+    min_ttft: int | None = None
+    max_ttft: int | None = None
+    min_gap: int | None = None
+    max_gap: int | None = None
 
     def __post_init__(self) -> None:
         # An outcome no exchange can have would match nothing, silently: refuse it, naming
@@ -102,6 +140,12 @@ class ExchangeFilter:
             )
         if self.session:
             stmt = stmt.where(Exchange.session == self.session)
+        for name, column in RANGES.items():
+            low, high = getattr(self, f"min_{name}"), getattr(self, f"max_{name}")
+            if low is not None:
+                stmt = stmt.where(column >= low)
+            if high is not None:
+                stmt = stmt.where(column <= high)
         return stmt
 
     @classmethod

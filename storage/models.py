@@ -211,6 +211,9 @@ class Base(DeclarativeBase):
     }
 
 
+_TIMINGS = ("duration_us", "ttfb_us", "ttft_us", "gap_max_us")
+
+
 class Exchange(Base):
     """One HTTP request/response pair that went through the proxy."""
 
@@ -218,7 +221,12 @@ class Exchange(Base):
     # `list --host` pages through one host newest first by a range of this index alone; on
     # the started_at index an absent host walked every exchange (0.6-1.2 s a million:
     # BENCHMARKS.md).
-    __table_args__ = (Index("ix_exchanges_host_started_at", "host", "started_at", "id"),)
+    # `list --sort -duration` (and ttfb, ttft, gap) pages by (value, id) along these, and
+    # their range filters (--min-ttft 2s) read them too (migration 0014).
+    __table_args__ = (
+        Index("ix_exchanges_host_started_at", "host", "started_at", "id"),
+        *(Index(f"ix_exchanges_{c}_id", c, "id") for c in _TIMINGS),
+    )
 
     id: Mapped[int] = mapped_column(_Id, primary_key=True, autoincrement=True)
     uid: Mapped[str] = mapped_column(Str(32), unique=True)

@@ -21,6 +21,8 @@ from sqlalchemy import Row, Select, and_, func, null, or_, select
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.narrowing import Narrowing
+from ssetape.storage.page_reads import keyset_page
+from ssetape.storage.sorted_pages import Sort, SortedPages
 from ssetape.storage.standby import StandbyState, standby_state
 from ssetape.storage.stat_totals import StatTotals
 from ssetape.storage.store import Store
@@ -112,32 +114,21 @@ class Queries:
         limit: int | None = None,
         before: int | None = None,
         newest_first: bool = True,
+        sort: Sort | None = None,
+        cursor: str | None = None,
     ) -> list[Exchange]:
-        """Exchanges matching ``filters`` by start time, newest first unless told otherwise.
-
-        ``before`` (newest first only) is the id of the last exchange of the previous page:
-        this page starts right after it. Its keyset, (started_at, id), is read in the query
-        itself, so the page is one range scan of the started_at index (which holds the id
-        too: SQLite's rowid, PostgreSQL's sort on the few rows sharing a time)."""
-        if newest_first:
-            order = (Exchange.started_at.desc(), Exchange.id.desc())
-        else:
-            order = (Exchange.started_at.asc(), Exchange.id.asc())
-        stmt = select(Exchange).order_by(*order)
-        if filters is not None:
-            stmt = self.narrowing.apply(stmt, filters, paged=limit is not None)
-        if before is not None:
-            at = select(Exchange.started_at).where(Exchange.id == before).scalar_subquery()
-            # Written as a range on started_at first, so that both backends use the index.
-            stmt = stmt.where(
-                Exchange.started_at <= at,
-                or_(
-                    Exchange.started_at < at,
-                    and_(Exchange.started_at == at, Exchange.id < before),
-                ),
+        """Exchanges matching ``filters`` by start time, newest first unless told otherwise,
+        in keyset pages (``before``: the id of the last exchange of the previous page; see
+        :func:`ssetape.storage.page_reads.keyset_page`). ``sort``: in that order instead, from
+        ``cursor`` on (see :class:`ssetape.storage.sorted_pages.SortedPages`)."""
+        if sort is not None:
+            return SortedPages(self.store, self.narrowing).exchanges(
+                filters, sort, limit=limit, cursor=cursor
             )
-        if limit is not None:
-            stmt = stmt.limit(limit)
+        stmt = keyset_page(
+            select(Exchange), self.narrowing, filters, limit=limit, before=before,
+            newest_first=newest_first,
+        )  # fmt: skip
         with self.store.Session() as s:
             return list(s.scalars(stmt))
 

@@ -41,7 +41,7 @@ __all__ = ["SCHEMA_HEAD", "Store", "StoreError", "alembic_config"]
 # The newest revision in migrations/versions (tests/storage/test_store.py checks it against
 # Alembic's own reading). A store already there opens without importing Alembic: a third of a
 # second of every command's start.
-SCHEMA_HEAD = "0013"
+SCHEMA_HEAD = "0014"
 
 # pg_advisory_xact_lock key serialising migrations of a fleet of recorders
 # that start at once (the bytes of "ssetape1" as a signed 64-bit integer).

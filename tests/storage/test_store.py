@@ -32,7 +32,7 @@ TABLES = {
     "recorder_runs",
     "alembic_version",
 }
-HEAD = "0013"  # the newest revision in migrations/versions
+HEAD = "0014"  # the newest revision in migrations/versions
 
 
 def test_the_head_a_store_opens_at_without_alembic_is_alembics() -> None:

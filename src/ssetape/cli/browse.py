@@ -24,32 +24,69 @@ from ssetape.vocabulary import ExchangeState
 if TYPE_CHECKING:
     from ssetape.storage.models import Exchange, Finding
     from ssetape.storage.queries import Queries
+    from ssetape.storage.sorted_pages import Sort
     from ssetape.storage.standby import StandbyState
 
 AS_OF_STANDBY = "(as of the standby)"
+
+
+def _sort(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Sort:
+    # Here: the sorts are the store's (SQLAlchemy), which `ssetape list --help` does without.
+    from ssetape.storage.sorted_pages import Sort
+
+    try:
+        return Sort.parse(value, option="")
+    except ValueError as e:
+        raise click.BadParameter(str(e).strip()) from None
 
 
 @click.command("list")
 @reader_options
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.option(
+    "--sort",
+    metavar="KEY",
+    callback=_sort,
+    help="Order by started (the default: -started, newest first), duration, ttfb, ttft or gap "
+    "(the longest pause); - before it: descending (-duration: slowest first). Exchanges "
+    "without the value come last.",
+)
+@click.option(
+    "--cursor",
+    metavar="CURSOR",
+    help="Start after the last exchange of the previous page: the cursor it printed.",
+)
 @filter_options
 @click.option("--host", help="Only this host.")
-def list_cmd(db: str, read_db: str | None, limit: int, as_json: bool, **filters: Any) -> None:
-    """List recorded exchanges, newest first (alias: ls)."""
+def list_cmd(
+    db: str, read_db: str | None, limit: int, as_json: bool, sort: Sort, cursor: str | None,
+    **filters: Any,
+) -> None:  # fmt: skip
+    """List recorded exchanges, newest first unless --sort says otherwise (alias: ls)."""
     from ssetape.storage.filters import ExchangeFilter
     from ssetape.storage.queries import Queries
     from ssetape.views.documents import summary
 
+    if cursor is not None:
+        try:  # checked before the store is opened: a wrong cursor reads nothing
+            sort.after(cursor)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--cursor'") from None
     store = open_reader(db, read_db)
     try:
         # Asked before the rows are read: the lag printed is then at most what they show.
         standby = standby_note(store)
-        rows = Queries(store).exchanges(ExchangeFilter.pop(filters), limit=limit)
+        found = ExchangeFilter.pop(filters)
+        rows = Queries(store).exchanges(found, limit=limit, sort=sort, cursor=cursor)
+        # A full page may have a next: where it starts (the JSON array stays an array).
+        more = f"next page: --cursor {sort.cursor(rows[-1])}" if len(rows) == limit else None
         if as_json:
             print_json([summary(x) for x in rows])  # an array, as ever: the note goes to stderr
             if standby is not None:
                 click.echo(_standby_line(standby, rows), err=True)
+            if more is not None:
+                click.echo(more, err=True)
             return
         # rich for the table only: `list --json` in a script does without it.
         from rich.console import Console
@@ -62,6 +99,8 @@ def list_cmd(db: str, read_db: str | None, limit: int, as_json: bool, **filters:
         if standby is not None:
             # One line however narrow the terminal: it is there to be read (and grepped).
             console.print(Text(_standby_line(standby, rows), style="dim"), soft_wrap=True)
+        if more is not None:
+            console.print(Text(more, style="dim"), soft_wrap=True)
     finally:
         store.close()
 

@@ -331,7 +331,42 @@ def filter_options(f: F) -> F:
         click.option("--grep", "text", metavar="TEXT",
                      help="Only where the output text or path has TEXT."),
         click.option("--session", metavar="NAME", help="Only this session's exchanges."),
+        *_range_options(),
     ])  # fmt: skip
+
+
+# The timings a range filter bounds (storage.filters.RANGES), as its options name them.
+_RANGES = {"duration": "duration", "ttfb": "TTFB", "ttft": "TTFT", "gap": "longest gap"}
+
+
+def _range_options() -> list[Callable[[F], F]]:
+    """--min-ttft 2s, --max-duration 1.5s, ...: each end included; an exchange without the
+    timing is in no range of it."""
+    return [
+        click.option(f"--{end}-{name}", f"{end}_{name}", type=SpanParam(f"--{end}-{name}"),
+                     metavar="TIME", help=f"Only a {what} of {word} TIME (250ms, 2s, 1.5s).")
+        for name, what in _RANGES.items()
+        for end, word in (("min", "at least"), ("max", "at most"))
+    ]  # fmt: skip
+
+
+class SpanParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
+    """A time span option (250ms, 2s, 1.5s, 2m), as microseconds."""
+
+    name = "TIME"
+
+    def __init__(self, option: str) -> None:
+        self.option = option
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int):
+            return value
+        from ssetape.storage.filters import parse_span
+
+        try:
+            return parse_span(str(value), option=self.option)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:

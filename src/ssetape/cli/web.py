@@ -18,7 +18,15 @@ from ssetape.cli.options import open_untouched, reader_options, shown, standby_n
     show_default=True,
     help="Address to listen on; anything but loopback shows the store to the network.",
 )
-def web(db: str, read_db: str | None, port: int, host: str) -> None:
+@click.option(
+    "--max-live",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Live streams served at once (pages following a recording); past it: 503, "
+    "the page still loads.",
+)
+def web(db: str, read_db: str | None, port: int, host: str, max_live: int) -> None:
     """Browse the store in a web page: exchanges, timelines, events, live (read-only).
 
     An SQLite store that does not exist yet is waited for: the list is empty until a
@@ -34,7 +42,7 @@ def web(db: str, read_db: str | None, port: int, host: str) -> None:
     )
     try:
         try:
-            server = WebServer(store, host, port)
+            server = WebServer(store, host, port, max_live=max_live)
         except OSError as e:
             raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror}") from None
 

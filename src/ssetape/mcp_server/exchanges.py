@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ssetape.mcp_server import texts
@@ -11,21 +12,22 @@ from ssetape.mcp_server.paging import (
     Page,
     ToolError,
     budget_of,
-    cursor_ints,
     limit_of,
     since_of,
 )
 from ssetape.mcp_server.texts import clip
 from ssetape.storage.exchange_heads import ExchangeHead, ExchangeHeads
-from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.filters import RANGES, ExchangeFilter
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
+from ssetape.storage.sorted_pages import NEWEST, Sort
 from ssetape.views.documents import knowledge, summary
 from ssetape.vocabulary import outcome_choices, parse_outcome
 
 __all__ = [
     "EVENTS_MAX",
     "OUTCOMES",
+    "RANGE_ARGS",
     "event_doc",
     "get_exchange",
     "list_exchanges",
@@ -67,20 +69,44 @@ def outcome_of(outcome: str | None) -> str | None:
 def list_exchanges(
     queries: Queries, *, api: str | None = None, model: str | None = None,
     outcome: str | None = None, host: str | None = None, since: str | None = None,
-    text: str | None = None, limit: int = 20, cursor: str | None = None,
-    max_bytes: int = PAGE_BYTES,
+    text: str | None = None, order_by: str = NEWEST, limit: int = 20, cursor: str | None = None,
+    max_bytes: int = PAGE_BYTES, **ranges_ms: float | None,
 ) -> dict[str, Any]:  # fmt: skip
+    """``ranges_ms``: min_ttft_ms=2000 and the like (:data:`RANGE_ARGS`), in milliseconds."""
     filters = ExchangeFilter(api=api, model=model, outcome=outcome_of(outcome), host=host,
-                             since=since_of(since), text=text)  # fmt: skip
+                             since=since_of(since), text=text, **_ranges(ranges_ms))  # fmt: skip
     n, budget = limit_of(limit), budget_of(max_bytes)
-    before = cursor_ints(cursor, 1)
-    rows = queries.exchanges(filters, limit=n, before=before[0] if before else None)
+    try:
+        sort = Sort.parse(order_by, option="order_by")
+        rows = queries.exchanges(filters, limit=n, sort=sort, cursor=cursor or None)
+    except ValueError as e:  # an unknown order, or a cursor of another
+        raise ToolError(str(e)) from None
     counts = queries.finding_counts([x.id for x in rows])
     page = Page.fill(rows, lambda x: {**clip(summary(x)), "findings": counts.get(x.id, 0)},
                      budget, "exchange")  # fmt: skip
     last = rows[page.rows - 1] if page.more(rows, n) else None
-    return {"exchanges": page.docs, "next_cursor": str(last.id) if last else None,
+    return {"exchanges": page.docs, "next_cursor": sort.cursor(last) if last else None,
             **page.fields()}  # fmt: skip
+
+
+# list_exchanges' range arguments (min_ttft_ms, ...) and the filter field each sets.
+RANGE_ARGS = {f"{end}_{name}_ms": f"{end}_{name}" for name in RANGES for end in ("min", "max")}
+# 31 years: no timing any exchange has (and no 64-bit microseconds past it).
+MAX_RANGE_MS = 10**12
+
+
+def _ranges(given: dict[str, float | None]) -> dict[str, Any]:
+    """The filter's ranges, in microseconds, of the arguments given in milliseconds."""
+    out: dict[str, Any] = {}
+    for arg, ms in given.items():
+        if arg not in RANGE_ARGS:
+            raise TypeError(f"list_exchanges() got an unexpected keyword argument {arg!r}")
+        if ms is None:
+            continue
+        if not (math.isfinite(ms) and 0 <= ms <= MAX_RANGE_MS):
+            raise ToolError(f"{arg}: from 0 to {MAX_RANGE_MS:,} ms, not {ms}")
+        out[RANGE_ARGS[arg]] = round(ms * 1000)
+    return out
 
 
 def event_doc(e: Event) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 
 from ssetape.analysis.stats import GROUP_BY, Stats
 from ssetape.mcp_server import comparison, exchanges, findings, sessions, stalls
-from ssetape.mcp_server.exchanges import OUTCOMES
+from ssetape.mcp_server.exchanges import OUTCOMES, RANGE_ARGS
 from ssetape.mcp_server.paging import MAX_PAGE_BYTES, MIN_PAGE_BYTES, PAGE_BYTES, ToolError
 from ssetape.mcp_server.sdk import (
     PAST,
@@ -35,6 +35,7 @@ from ssetape.mcp_server.sdk import (
 from ssetape.mcp_server.texts import clip
 from ssetape.storage.engine import describe, is_transient
 from ssetape.storage.queries import Queries
+from ssetape.storage.sorted_pages import NEWEST, SORTS
 from ssetape.storage.standby import standby_state
 from ssetape.storage.store import Store
 
@@ -67,6 +68,18 @@ OutcomeArg = Annotated[
     WithJsonSchema({"anyOf": [{"type": "string", "enum": list(OUTCOMES)}, {"type": "null"}]}),
     Field(description="How the exchange ended: its outcome, or failed (every failed one)."),
 ]
+# Listed inline too; checked by the tool (a one-line error naming the choices).
+OrderBy = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "enum": list(SORTS), "default": NEWEST}),
+    Field(description="started, duration, ttfb, ttft or gap (the longest pause); - before it: "
+          "descending. Exchanges without the value come last."),
+]  # fmt: skip
+Ms = Annotated[
+    float | None,
+    Field(description="Milliseconds; both ends of a range are included, and an exchange "
+          "without that timing is in none."),
+]  # fmt: skip
 
 Tool = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -98,17 +111,24 @@ def build(store: Store, log_level: LogLevel = "WARNING") -> Server:
     async def run(fn: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> dict[str, Any]:
         return await anyio.to_thread.run_sync(functools.partial(fn, queries, *args, **kwargs))
 
-    @tool("Recorded exchanges (LLM API calls), newest first, filtered: a page of summaries "
-          "(id, url, model, status, outcome, TTFB/TTFT, usage, findings count).")  # fmt: skip
+    @tool("Recorded exchanges (LLM API calls), newest first or in order_by's order (-duration: "
+          "slowest first; those without the value last), filtered (min_ttft_ms=2000: a TTFT "
+          "of at least 2 s): a page of summaries (id, url, model, status, outcome, TTFB/TTFT, "
+          "usage, findings count).")  # fmt: skip
     async def list_exchanges(
         api: str | None = None, model: str | None = None, outcome: OutcomeArg = None,
         host: str | None = None, since: Since = None,
         text: Annotated[str | None, Field(description="In the output text or the path.")] = None,
-        limit: Limit = 20, cursor: Cursor = None, max_bytes: MaxBytes = PAGE_BYTES,
+        order_by: OrderBy = NEWEST, limit: Limit = 20, cursor: Cursor = None,
+        max_bytes: MaxBytes = PAGE_BYTES, min_duration_ms: Ms = None,
+        max_duration_ms: Ms = None, min_ttfb_ms: Ms = None, max_ttfb_ms: Ms = None,
+        min_ttft_ms: Ms = None, max_ttft_ms: Ms = None, min_gap_ms: Ms = None,
+        max_gap_ms: Ms = None,
     ) -> dict[str, Any]:  # fmt: skip
+        ranges = {k: v for k, v in locals().items() if k in RANGE_ARGS}
         return await run(exchanges.list_exchanges, api=api, model=model, outcome=outcome,
-                         host=host, since=since, text=text, limit=limit, cursor=cursor,
-                         max_bytes=max_bytes)  # fmt: skip
+                         host=host, since=since, text=text, order_by=order_by, limit=limit,
+                         cursor=cursor, max_bytes=max_bytes, **ranges)  # fmt: skip
 
     @tool("One exchange in detail: request, response, analysis (outcome, usage, timing, gaps, "
           "output text, findings); with events=true a page of its stream's events from "

@@ -9,7 +9,7 @@ page's own script and stylesheet only, no inline script, nothing from elsewhere.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from typing import IO
 
@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ssetape.cassettes.har import Har
 from ssetape.cassettes.store_io import write_cassette
 from ssetape.storage.models import Exchange
+from ssetape.storage.page_reads import PageReads
 from ssetape.storage.queries import Queries
 from ssetape.views.timeline import Timeline
 from ssetape.views.timeline_svg import TimelineSvg
@@ -33,6 +34,7 @@ from ssetape.web.exchange_page import ZOOMS, ExchangePage
 from ssetape.web.html import el, id_of, page
 from ssetape.web.list_page import ListView
 from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
+from ssetape.web.live_clients import MAX_LIVE, LiveClients
 from ssetape.web.playback import pieces
 from ssetape.web.session_page import SessionPage
 from ssetape.web.stats_page import StatsView
@@ -83,10 +85,15 @@ class _SecurityHeaders:
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
-def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None) -> ASGIApp:
+def create_app(
+    store: Queries | WaitingStore, hosts: Sequence[str] | None = None, *,
+    live_clients: LiveClients | None = None,
+) -> ASGIApp:  # fmt: skip
     """The viewer of a store, or of one a recorder has not created yet (its list is empty
     and fills live once it exists); ``hosts``: the only Host names it answers (None: any, as
-    for a viewer that listens beyond loopback, where the user chose who may reach it)."""
+    for a viewer that listens beyond loopback, where the user chose who may reach it);
+    ``live_clients``: its live streams (at most :data:`MAX_LIVE` at once unless told so)."""
+    clients = live_clients if live_clients is not None else LiveClients(MAX_LIVE)
     assets = {
         name: (files("ssetape.web").joinpath("static", name).read_bytes(), kind)
         for name, kind in _ASSETS.items()
@@ -110,9 +117,14 @@ def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None
 
         return answer
 
-    def exchange_of(request: Request, queries: Queries) -> Exchange | None:
+    def exchange_of(
+        request: Request, queries: Queries, *, timeline: bool = False
+    ) -> Exchange | None:
         key: str = request.path_params["key"]
-        return queries.exchange(key if (n := id_of(key)) is None else n)
+        # Without its bodies: a page reads them cut, if it shows them (ExchangePage.bodies).
+        # A timeline reads the request's (the analysis does: what counted as content).
+        one = key if (n := id_of(key)) is None else n
+        return PageReads(queries.store).exchange(one, request_body=timeline)
 
     def index(request: Request) -> Response:
         view = ListView.parse(request.query_params)
@@ -168,7 +180,7 @@ def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None
         return Response(raw, media_type=media)
 
     def timeline(request: Request, queries: Queries) -> Response:
-        x = exchange_of(request, queries)
+        x = exchange_of(request, queries, timeline=True)
         if x is None:
             return not_found("no such exchange")
         # An SVG element for the page to insert; TimelineSvg escapes every string it draws.
@@ -178,7 +190,7 @@ def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None
         return Response(_svg(x, queries, width_px=width), media_type="text/html; charset=utf-8")
 
     def download(request: Request, queries: Queries) -> Response:
-        x = exchange_of(request, queries)
+        x = exchange_of(request, queries, timeline=True)
         kind = _DOWNLOADS.get(request.path_params["kind"])
         if x is None or kind is None:
             return not_found("no such download")
@@ -214,15 +226,19 @@ def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None
         return Response(found[0], media_type=found[1], headers={"cache-control": "no-cache"})
 
     async def live(request: Request) -> Response:
+        if clients.full():
+            return clients.refused()
         view = ListView.parse(request.query_params)
         after = _int(request.headers.get("last-event-id") or request.query_params.get("after"))
         watch = {
             n for i in request.query_params.get("watch", "").split(",")[:WATCH_MAX]
             if (n := id_of(i)) is not None
         }  # fmt: skip
-        return _sse(exchanges_stream(current, view, after, watch))
+        return clients.respond(exchanges_stream(current, view, after, watch))
 
     async def live_events(request: Request) -> Response:
+        if clients.full():  # before any read
+            return clients.refused()
         queries = await anyio.to_thread.run_sync(current)
         x = (
             None
@@ -235,7 +251,8 @@ def create_app(store: Queries | WaitingStore, hosts: Sequence[str] | None = None
         after = _int(request.headers.get("last-event-id") or args.get("after"), -1)
         offset = _int(args.get("offset"), -1)
         start = _int(args.get("start"), -1)
-        return _sse(events_stream(queries, x.id, after, None if offset < 0 else offset, start))
+        stream = events_stream(queries, x.id, after, None if offset < 0 else offset, start)
+        return clients.respond(stream)
 
     routes = [
         Route("/", index),
@@ -263,12 +280,6 @@ _DOWNLOADS = {
     "har": ("exchange.har", "application/json"),
     "svg": ("timeline.svg", "image/svg+xml"),
 }
-
-
-def _sse(stream: AsyncIterator[bytes]) -> Response:
-    return StreamingResponse(
-        stream, media_type="text/event-stream", headers={"cache-control": "no-store"}
-    )
 
 
 def _svg(x: Exchange, queries: Queries, width_px: int = 900) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ssetape.storage.models import Exchange
+from ssetape.storage.page_reads import PageReads
 from ssetape.storage.queries import Queries
 from ssetape.views.timeline import (
     LOOK,
@@ -45,8 +46,11 @@ class ComparePage:
         """(status, page): 200, or 404 naming an exchange that is not there."""
         found: list[Exchange] = []
         missing = []
+        reads = PageReads(self.queries.store)
         for key in self.keys:
-            x = self.queries.exchange(key if (n := id_of(key)) is None else n) if key else None
+            # Not their response bodies (which may be of any size): the page compares requests.
+            one = key if (n := id_of(key)) is None else n
+            x = reads.exchange(one, request_body=True) if key else None
             if x is None:
                 missing.append(key)
             else:

@@ -3,7 +3,9 @@ events a page at a time (``?after=SEQ``), and the play button's text.
 
 Bounded: a page holds :data:`EVENTS_PER_PAGE` events, each event's data cut at
 :data:`DATA_SHOWN` characters with a link to the whole (``/exchanges/ID/events/SEQ``), bodies
-cut at :data:`BODY_SHOWN` bytes and headers at :data:`HEADERS_SHOWN` pairs.
+cut at :data:`BODY_SHOWN` bytes (read cut, with their sizes: a body of any size costs the page
+no more than the cut) and headers at :data:`HEADERS_SHOWN` pairs. The exchange it is given
+holds no bodies (:meth:`ssetape.storage.page_reads.PageReads.exchange`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import orjson
 
 from ssetape.cost.price import price_line
 from ssetape.storage.models import Event, Exchange, Finding
+from ssetape.storage.page_reads import BodyHead, PageReads
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import url_of
 from ssetape.vocabulary import ExchangeState
@@ -38,6 +41,14 @@ class ExchangePage:
 
     def __init__(self, x: Exchange, queries: Queries, *, after: int = -1) -> None:
         self.x, self.queries, self.after = x, queries, after
+        self._bodies: tuple[BodyHead, BodyHead] | None = None
+
+    def bodies(self) -> tuple[BodyHead, BodyHead]:
+        """The request and response bodies, cut at BODY_SHOWN bytes (read once)."""
+        if self._bodies is None:
+            read = PageReads(self.queries.store).bodies(self.x.id, BODY_SHOWN)
+            self._bodies = read or (BodyHead(b"", 0), BodyHead(b"", 0))
+        return self._bodies
 
     def render(self) -> str:
         x, q = self.x, self.queries
@@ -136,7 +147,7 @@ class ExchangePage:
             el("h2", "Request"),
             el("p", el("code", x.method, " ", url_of(x), class_="url")),
             _headers(x.request_headers),
-            _body("request body", x.request_body),
+            _body("request body", self.bodies()[0]),
             id="request",
         )
 
@@ -148,7 +159,7 @@ class ExchangePage:
             el("h2", "Response"),
             el("p", el("code", status), id="status"),
             _headers(x.response_headers),
-            _body("response body", x.response_body),
+            _body("response body", self.bodies()[1]),
             id="response",
         )
 
@@ -317,19 +328,18 @@ def _pretty_json(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode()
 
 
-def _body(what: str, body: bytes | None) -> Markup:
-    if not body:
+def _body(what: str, body: BodyHead) -> Markup:
+    if not body.size:
         return Markup("")
-    head = body[:BODY_SHOWN]
-    text = head.decode("utf-8", "replace")
-    if len(body) <= BODY_SHOWN:
+    text = body.head.decode("utf-8", "replace")
+    if body.size <= len(body.head):  # the whole of it
         with contextlib.suppress(orjson.JSONDecodeError):
-            text = _pretty_json(orjson.loads(body))
+            text = _pretty_json(orjson.loads(body.head))
     else:
-        text += f" … ({len(body) - BODY_SHOWN:,} more bytes)"
+        text += f" … ({body.size - len(body.head):,} more bytes)"
     return el(
         "details",
-        el("summary", f"{what} ({len(body):,} bytes)"),
+        el("summary", f"{what} ({body.size:,} bytes)"),
         el("pre", text, class_="json"),
         class_="body",
     )

@@ -14,6 +14,7 @@ from ssetape.cost.price import NO_PRICE, format_usd
 from ssetape.http_fields import DEFAULT_PORTS
 from ssetape.storage.filters import ExchangeFilter, parse_since
 from ssetape.storage.models import Exchange
+from ssetape.storage.page_reads import ListRow, PageReads
 from ssetape.storage.queries import Queries
 from ssetape.vocabulary import ExchangeState, Outcome, outcome_choices, parse_outcome
 from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
@@ -42,6 +43,8 @@ _COLUMNS = (
 # the stylesheet shows as much of it as its column's width (the list fits a laptop's window).
 _CELL_MAX = 80
 OUTCOMES = tuple(outcome_choices())
+# What a row is made of: the list's columns (what the list reads), or a whole exchange.
+Row = ListRow | Exchange
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class ListView:
         return cls(params, ExchangeFilter(**values), before, error)  # type: ignore[arg-type]
 
     def render(self, queries: Queries) -> str:
-        rows = queries.exchanges(self.filters, limit=PAGE_SIZE, before=self.before)
+        # The list's columns only: a row's bodies may be megabytes each.
+        rows = PageReads(queries.store).list_rows(self.filters, limit=PAGE_SIZE, before=self.before)
         counts = queries.finding_counts([x.id for x in rows])
         standby = queries.standby()
         body = self._table(
@@ -169,7 +173,7 @@ def _cut(text: str | None, column: str) -> Markup:
     return el("span", shown, title=text or None, class_=f"cell {column}")
 
 
-def _cost(x: Exchange) -> Markup | str:
+def _cost(x: Row) -> Markup | str:
     """The price, or "no price" with the reason in its title; blank when never priced."""
     if x.price_data is None:
         return ""
@@ -178,12 +182,12 @@ def _cost(x: Exchange) -> Markup | str:
     return el("span", format_usd(x.cost_nusd), title=x.price_note)
 
 
-def _host(x: Exchange) -> str:
+def _host(x: Row) -> str:
     """The host as a URL names it: with its port unless that is the scheme's own."""
     return x.host if DEFAULT_PORTS.get(x.scheme) == x.port else f"{x.host}:{x.port}"
 
 
-def _mark(x: Exchange) -> str:
+def _mark(x: Row) -> str:
     """How the row's state reads at a glance: ok (completed), live (in flight), or bad
     (any other outcome: cut, refused, incomplete, an HTTP error... or an ending without one)."""
     if x.state == ExchangeState.RECORDING:
@@ -193,7 +197,7 @@ def _mark(x: Exchange) -> str:
     return "bad"
 
 
-def _status(x: Exchange) -> str:
+def _status(x: Row) -> str:
     """The HTTP status, and how the transport ended when that tells more than the outcome
     (``200 truncated``: the upstream cut it)."""
     shown = "no response" if x.status is None else str(x.status)
@@ -202,7 +206,7 @@ def _status(x: Exchange) -> str:
     return shown
 
 
-def row_html(x: Exchange, findings: int) -> Markup:
+def row_html(x: Row, findings: int) -> Markup:
     """One exchange as a row of the list (also what the live stream sends)."""
     href = f"/exchanges/{x.id}"
     mark = _mark(x)

@@ -2,24 +2,30 @@
 
 A recorder writes into the store from another process, so there is nothing to subscribe to:
 each stream reads what is new every :data:`POLL_S` seconds, in a worker thread (the drivers
-block), and sends it rendered, escaped here like the rest of the page.
+block; the live streams share a few threads of their own, so pages are never kept waiting for
+one), and sends it rendered, escaped here like the rest of the page. A poll reads the columns
+a row or the page's figures show, never an exchange's bodies (see
+:mod:`ssetape.storage.page_reads`); how many streams are open, and how far behind a client
+may fall, is :mod:`ssetape.web.live_clients`'s to bound.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, TypeVar
 
 import anyio
 import orjson
 
 from ssetape.storage.models import Exchange
+from ssetape.storage.page_reads import ListRow, PageReads
 from ssetape.storage.queries import Queries
 from ssetape.vocabulary import ExchangeState
 from ssetape.web.exchange_page import EVENTS_PER_PAGE, ExchangePage, event_rows
 from ssetape.web.html import TEXT_SHOWN, cut
 from ssetape.web.list_page import ListView, row_html
+from ssetape.web.live_clients import poll_threads
 from ssetape.web.playback import Playback
 
 __all__ = ["POLL_S", "WATCH_MAX", "events_stream", "exchanges_stream"]
@@ -29,7 +35,8 @@ POLL_S = 1.0
 WATCH_MAX = 100
 # New exchanges sent per poll at most; the rest come on the next.
 _NEW_MAX = 100
-_IDLE = b": idle\n\n"  # a closed connection shows on the next write
+_IDLE = b": idle\n\n"
+T = TypeVar("T")  # a closed connection shows on the next write
 
 
 def _message(kind: bytes, last_id: int, obj: object) -> bytes:
@@ -38,14 +45,15 @@ def _message(kind: bytes, last_id: int, obj: object) -> bytes:
 
 async def exchanges_stream(
     current: Callable[[], Queries | None], view: ListView, after: int, watch: set[int]
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """New exchanges matching the list's filters (and the rows of those in flight, as they
     change), each ``{"id", "html"}``: the row the list shows. ``current``: the store's reads,
     None while there is no store yet (a recorder has not created it)."""
     yield b"retry: 2000\n\n"
     seen: dict[int, tuple[Any, ...]] = {}
     while True:
-        rows = await anyio.to_thread.run_sync(_poll, current, view, after, watch, seen)
+        poll = functools.partial(_poll, current, view, after, watch, seen)
+        rows = await anyio.to_thread.run_sync(poll, limiter=poll_threads())
         for x_id, html in rows:
             after = max(after, x_id)
             yield _message(b"exchange", after, {"id": x_id, "html": html})
@@ -62,9 +70,10 @@ def _poll(
     queries = current()
     if queries is None:
         return []
-    new = queries.exchanges_after(after, view.filters, limit=_NEW_MAX)
-    old = [x for x in queries.exchanges_by_id(sorted(watch)) if x.id <= after]
-    changed: list[Exchange] = []
+    reads = PageReads(queries.store)
+    new = reads.list_rows_after(after, view.filters, limit=_NEW_MAX)
+    old = [x for x in reads.list_rows_by_id(sorted(watch)) if x.id <= after]
+    changed: list[ListRow] = []
     for x in [*old, *new]:
         look = (x.state, x.event_count, x.outcome, x.status, x.duration_us, x.ttft_us)
         if seen.get(x.id) != look:
@@ -83,7 +92,7 @@ def _poll(
 
 async def events_stream(
     queries: Queries, exchange_id: int, after: int, offset: int | None, start: int = -1
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """What the page of a stream in flight needs to follow it to its end.
 
     ``output`` first: the text so far, ``{"text"}``. Then the events stored after seq
@@ -94,20 +103,22 @@ async def events_stream(
     the seq before the page's first event (a finding's link on the page or to another page).
     """
     yield b"retry: 2000\n\n"
-    x = await anyio.to_thread.run_sync(queries.exchange, exchange_id)
+    reads = PageReads(queries.store)
+    x = await _in_thread(reads.exchange, exchange_id)
     if x is None:
         yield _message(b"done", after, {"state": None})
         return
     text = _LiveText(x)
     if x.state == ExchangeState.RECORDING:
-        seed = await anyio.to_thread.run_sync(text.seed, queries, exchange_id, after)
+        seed = await _in_thread(text.seed, queries, exchange_id, after)
         yield _message(b"output", after, {"text": seed})
     look: tuple[Any, ...] | None = None
     while True:
         # The state first: events stored before it changed are all read below.
-        x = await anyio.to_thread.run_sync(queries.exchange, exchange_id)
-        page = functools.partial(queries.events_page, after_seq=after, limit=EVENTS_PER_PAGE)
-        events = await anyio.to_thread.run_sync(page, exchange_id)
+        x = await _in_thread(reads.exchange, exchange_id)
+        events = await _in_thread(
+            queries.events_page, exchange_id, after_seq=after, limit=EVENTS_PER_PAGE
+        )
         for e, html in zip(events, event_rows(exchange_id, events, offset), strict=True):
             after, offset = e.seq, e.offset_us
             piece = text.piece(e.seq, e.event, e.data)
@@ -117,7 +128,7 @@ async def events_stream(
             # The response part once the status changes (re-rendered, an opened body closes).
             response = over or look is None or look[3] != x.status
             look = _look(x)
-            parts = await anyio.to_thread.run_sync(_parts, queries, x, start, over, response)
+            parts = await _in_thread(_parts, queries, x, start, over, response)
             yield _message(b"exchange", after, parts)
         if over:
             yield _message(b"done", after, {"state": None if x is None else x.state})
@@ -125,6 +136,13 @@ async def events_stream(
         if not events:
             yield _IDLE
         await anyio.sleep(POLL_S)
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on one of the live streams' threads."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), limiter=poll_threads()
+    )
 
 
 def _look(x: Exchange) -> tuple[Any, ...]:

@@ -22,6 +22,7 @@ import uvicorn
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store, StoreError
 from ssetape.web.app import LOOPBACK_NAMES, create_app
+from ssetape.web.live_clients import MAX_LIVE, LiveClients, quiet_drops
 from ssetape.web.waiting_store import WaitingStore
 
 __all__ = ["Beside", "WebServer", "bind"]
@@ -60,14 +61,21 @@ class WebServer:
     """The viewer of one store (or of one a recorder is to create) on one address."""
 
     def __init__(
-        self, store: Store | WaitingStore, host: str, port: int, sock: socket.socket | None = None
-    ) -> None:
+        self, store: Store | WaitingStore, host: str, port: int, sock: socket.socket | None = None,
+        *, max_live: int = MAX_LIVE,
+    ) -> None:  # fmt: skip
         self.store = store
         self.sock = sock if sock is not None else bind(host, port)
         bound = self.sock.getsockname()
         self.host, self.port = host, int(bound[1])
+        self.live = LiveClients(max_live)
+        quiet_drops()
         config = uvicorn.Config(
-            create_app(Queries(store) if isinstance(store, Store) else store, hosts=_hosts(host)),
+            create_app(
+                Queries(store) if isinstance(store, Store) else store,
+                hosts=_hosts(host),
+                live_clients=self.live,
+            ),
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=_STOP_GRACE_S,
