@@ -17,11 +17,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from starlette.testclient import TestClient
 
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
+from ssetape.web.app import create_app
 from tests.conftest import SIM_SPEED, Proc, start_ssetape
 from tests.upstreams import fixed_upstream
 
@@ -155,3 +157,19 @@ def page(browser: Any) -> Iterator[Any]:
         yield p
     finally:
         context.close()
+
+
+def app_client(db: str) -> Iterator[TestClient]:
+    """The viewer of the store at ``db``, in process, for a test module."""
+    store = Store.open(db)
+    try:
+        with TestClient(create_app(Queries(store))) as c:
+            yield c
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def client(tape: Tape) -> Iterator[TestClient]:
+    """The viewer of the shared recorded store."""
+    yield from app_client(tape.db)

@@ -7,34 +7,19 @@ from __future__ import annotations
 import datetime as dt
 import html
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 from starlette.testclient import TestClient
 
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Exchange
-from ssetape.storage.queries import Queries
-from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState, Outcome, outcome_choices
-from ssetape.web.app import create_app
 from ssetape.web.list_page import row_html
 from tests.conftest import SIM_SPEED, start_ssetape
 from tests.ssetape.web.conftest import Tape, chat, record
 
 ROW = re.compile(r'<tr data-id="(\d+)".*?</tr>', re.S)
-
-
-@pytest.fixture(scope="module")
-def client(tape: Tape) -> Iterator[TestClient]:
-    store = Store.open(tape.db)
-    try:
-        with TestClient(create_app(Queries(store))) as c:
-            yield c
-    finally:
-        store.close()
 
 
 def _rows(text: str) -> dict[int, str]:

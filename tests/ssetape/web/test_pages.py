@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,6 @@ from ssetape.web.request_diff import differences
 from tests.addons.stores import pg_schema
 from tests.conftest import SIM_SPEED, Proc
 from tests.ssetape.web.conftest import XSS, Tape, chat, record
-
-
-@pytest.fixture(scope="module")
-def client(tape: Tape) -> Iterator[TestClient]:
-    store = Store.open(tape.db)
-    try:
-        with TestClient(create_app(Queries(store))) as c:
-            yield c
-    finally:
-        store.close()
 
 
 def test_the_list_shows_every_exchange_and_the_url_filters_narrow_it(

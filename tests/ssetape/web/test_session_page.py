@@ -16,11 +16,9 @@ from starlette.testclient import TestClient
 
 from ssetape.cost.price import format_usd
 from ssetape.simulator.simulator import Simulator
-from ssetape.storage.queries import Queries
-from ssetape.storage.store import Store
-from ssetape.web.app import CSP, create_app
+from ssetape.web.app import CSP
 from tests.conftest import SIM_SPEED, start_ssetape
-from tests.ssetape.web.conftest import XSS, Tape, chat, record
+from tests.ssetape.web.conftest import XSS, Tape, app_client, chat, record
 
 # A pytest node id: slashes, brackets and what a URL would read as a query or a fragment.
 RUN = "tests/test_app.py::test_chat[a b/c?x=1#frag]"
@@ -52,12 +50,7 @@ def sessions_tape(tmp_path_factory: pytest.TempPathFactory) -> Tape:
 
 @pytest.fixture(scope="module")
 def client(sessions_tape: Tape) -> Iterator[TestClient]:
-    store = Store.open(sessions_tape.db)
-    try:
-        with TestClient(create_app(Queries(store))) as c:
-            yield c
-    finally:
-        store.close()
+    yield from app_client(sessions_tape.db)
 
 
 def _href(name: str) -> str:
