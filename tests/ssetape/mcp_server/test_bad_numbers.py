@@ -7,14 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from ssetape.storage.store import Store
-from tests.ssetape.mcp_server.client import error, in_memory
+from tests.ssetape.mcp_server.client import call, error, in_memory
 
 HUGE = 2**63
 DIGITS = "9" * 5000
-CALLS: list[tuple[str, dict[str, Any], str]] = [
+# An id of 5,000 digits is "past what the store holds" where the SDK reads it as a number (mcp
+# 1) and "no exchange" where it keeps the string (mcp 2): one line naming it either way.
+ID_GONE = ("past what the store holds", "no exchange")
+CALLS: list[tuple[str, dict[str, Any], str | tuple[str, ...]]] = [
     ("get_exchange", {"events": True, "after_seq": HUGE}, "after_seq: an event's seq"),
-    ("get_exchange", {"id": DIGITS}, "past what the store holds"),
-    ("compare", {"a": DIGITS}, "past what the store holds"),
+    ("get_exchange", {"id": DIGITS}, ID_GONE),
+    ("compare", {"a": DIGITS}, ID_GONE),
     ("list_exchanges", {"cursor": str(HUGE)}, "past what the store holds"),
     ("list_exchanges", {"cursor": DIGITS}, "past what the store holds"),
     ("find_stalls", {"cursor": str(HUGE)}, "past what the store holds"),
@@ -28,8 +31,8 @@ INTERNAL = ("Python", "SQLite", "int_max_str_digits", "pydantic", "Traceback", "
 
 def test_a_number_no_store_holds_is_a_one_line_error_naming_it(store: Store) -> None:
     async def body(client: Any) -> list[str]:
-        listed = await client.call_tool("list_exchanges", {"limit": 1})
-        first = listed.structuredContent["exchanges"][0]["id"]
+        listed = await call(client, "list_exchanges", limit=1)
+        first = listed["exchanges"][0]["id"]
         said = []
         for name, args, _ in CALLS:
             full = {"id": first, "a": first, "b": first, **args} if name in (
@@ -38,6 +41,8 @@ def test_a_number_no_store_holds_is_a_one_line_error_naming_it(store: Store) -> 
         return said
 
     for (name, _, want), text in zip(CALLS, in_memory(store, body), strict=True):
-        assert text.startswith(f"Error executing tool {name}: ") and want in text, text
+        wants = (want,) if isinstance(want, str) else want
+        assert text.startswith(f"Error executing tool {name}: "), text
+        assert any(w in text for w in wants), text
         assert "\n" not in text and len(text) < 200, text
         assert not any(word in text for word in INTERNAL), text
