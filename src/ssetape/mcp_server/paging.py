@@ -98,12 +98,20 @@ def cursor_ints(cursor: str | None, parts: int) -> tuple[int, ...] | None:
     """The ints a cursor given out by a previous page holds (None: the first page)."""
     if not cursor:
         return None
+    pieces = cursor.split(":")
+    if all(p.isascii() and p.lstrip("-").isdigit() for p in pieces) and any(
+        len(p.lstrip("-0")) > 19 for p in pieces
+    ):
+        # Read before int(): past 4,300 digits Python refuses the number itself.
+        raise ToolError(f"cursor {cursor[:40]!r}: past what the store holds")
     try:
-        values = tuple(int(p) for p in cursor.split(":"))
+        values = tuple(int(p) for p in pieces)
     except ValueError:
         values = ()
     if len(values) != parts:
         raise ToolError(f"cursor {cursor[:40]!r}: pass next_cursor from a previous answer")
+    if any(not -(2**63) <= v < 2**63 for v in values):
+        raise ToolError(f"cursor {cursor[:40]!r}: past what the store holds")
     return values
 
 
