@@ -14,6 +14,18 @@ keep the proxy serving:
   waiting longest without a request in flight; only when every connection is busy is the
   new one refused. The default fits the descriptor limit: a client and its upstream take
   two each.
+- ``ssetape_max_resets``: a connection that resets more of its streams (RST_STREAM) than
+  this within a second is closed. An HTTP/2 "rapid reset" client (HEADERS then RST_STREAM
+  on new stream ids, thousands a second: resets free the slots that the concurrent-stream
+  limit counts) otherwise keeps the proxy's one event loop busy while every other client
+  waits. The requests it had already sent are killed as their heads are read: none
+  reaches the upstream or the store.
+- ``ssetape_max_streams``: requests in flight on one connection. HTTP/2 lets a client have
+  100 streams open; mitmproxy 11 keeps a request that its client reset after sending it
+  whole in flight until the connection ends, so a rapid reset of whole requests piles
+  them up (each dialled upstream and recorded) faster than resets are seen. Past the bound
+  the connection is closed; counted as the proxy reads the requests, not by the clock, it
+  holds however busy the proxy is.
 
 What the bounds do is logged once per burst with counts, never once per connection, and so
 is a refused accept when descriptors run out anyway.
@@ -38,6 +50,8 @@ __all__ = ["ConnectionGuard", "LogBurst", "auto_max_connections"]
 
 log = logging.getLogger("ssetape.guard")
 
+WINDOW = 1.0  # seconds over which a connection's resets are counted
+RESET_BY_CLIENT = "stream reset by client"  # mitmproxy's error for a client's RST_STREAM
 RESERVED_FDS = 128  # the store, the recording process's pipes, certificates, logs
 BURST_QUIET = 10.0  # seconds between two lines about the same kind of trouble
 _OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -57,14 +71,17 @@ class LogBurst:
     def __init__(self, first: str, more: str, quiet: float = BURST_QUIET) -> None:
         self._first, self._more, self._quiet = first, more, quiet
         self._last = -float("inf")
+        self._fields: dict[str, str] = {}  # those of the latest hit, for the count's line
         self.pending = 0  # hits not yet reported
         self.total = 0
 
-    def hit(self, now: float | None = None) -> None:
+    def hit(self, now: float | None = None, **fields: str) -> None:
+        """``fields`` fill the lines' ``{name}`` slots: the first hit's, or the latest's."""
         now = time.monotonic() if now is None else now
         self.total += 1
+        self._fields = fields
         if now - self._last >= self._quiet and self.pending == 0:
-            log.warning(self._first)
+            log.warning(self._first.format(**fields))
             self._last = now
         else:
             self.pending += 1
@@ -74,7 +91,7 @@ class LogBurst:
         """Report what was held back, once ``quiet`` seconds passed since the last line."""
         now = time.monotonic() if now is None else now
         if self.pending and now - self._last >= self._quiet:
-            log.warning(self._more.format(n=self.pending))
+            log.warning(self._more.format(n=self.pending, **self._fields))
             self.pending, self._last = 0, now
 
 
@@ -85,6 +102,11 @@ class ConnectionGuard:
     def __init__(self) -> None:
         self.timeout = 60.0
         self.max_connections = 0
+        self.max_streams = 1000
+        self.max_resets = 200
+        self._started: dict[str, set[str]] = {}  # client id -> its requests not ended yet
+        self._resets: dict[str, tuple[float, int]] = {}  # client id -> (window start, resets)
+        self._overrun: set[str] = set()  # client ids past a stream bound: kill the rest
         self._clients: dict[str, connection.Client] = {}
         self._idle: OrderedDict[str, float] = OrderedDict()  # client id -> idle since
         # client id -> ids of its requests in flight (read whole, not answered yet)
@@ -112,6 +134,24 @@ class ConnectionGuard:
             "`ulimit -n` or lower ssetape_max_connections)",
             "ssetape: {n} more connections could not be accepted for want of descriptors",
         )
+        self.too_many_streams = LogBurst(
+            "ssetape: closing client connections with more than ssetape_max_streams requests "
+            "in flight (HTTP/2 streams sent and reset)",
+            "ssetape: {n} more client connections closed for too many requests in flight",
+        )
+        self.too_many_resets = LogBurst(
+            "ssetape: closing client connections that reset more than ssetape_max_resets "
+            "streams a second (an HTTP/2 rapid reset)",
+            "ssetape: {n} more client connections closed for resetting too many streams",
+        )
+        self.bursts = (
+            self.closed_idle,
+            self.evicted,
+            self.refused,
+            self.out_of_fds,
+            self.too_many_streams,
+            self.too_many_resets,
+        )
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -128,6 +168,20 @@ class ConnectionGuard:
             "Client connections open at once; at the cap a new client closes the one that has "
             "waited longest without a request. 0: fit the descriptor limit (ulimit -n).",
         )
+        loader.add_option(
+            "ssetape_max_streams",
+            int,
+            1000,
+            "Requests (HTTP/2 streams) in flight on one client connection; past it the "
+            "connection is closed. 0: no bound.",
+        )
+        loader.add_option(
+            "ssetape_max_resets",
+            int,
+            200,
+            "Streams one client connection may reset (RST_STREAM) in a second; past it the "
+            "connection is closed (an HTTP/2 rapid reset). 0: no bound.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if "ssetape_header_timeout" in updated:
@@ -137,6 +191,10 @@ class ConnectionGuard:
         if "ssetape_max_connections" in updated:
             cap = at_least("ssetape_max_connections", ctx.options.ssetape_max_connections, 0)
             self.max_connections = cap or auto_max_connections()
+        if "ssetape_max_streams" in updated:
+            self.max_streams = at_least("ssetape_max_streams", ctx.options.ssetape_max_streams, 0)
+        if "ssetape_max_resets" in updated:
+            self.max_resets = at_least("ssetape_max_resets", ctx.options.ssetape_max_resets, 0)
 
     def running(self) -> None:
         loop = asyncio.get_running_loop()
@@ -157,7 +215,7 @@ class ConnectionGuard:
     def done(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        for burst in (self.closed_idle, self.evicted, self.refused, self.out_of_fds):
+        for burst in self.bursts:
             burst.flush(float("inf"))  # what the last quiet period held back
 
     # -- connections -----------------------------------------------------------------
@@ -177,18 +235,33 @@ class ConnectionGuard:
 
     def client_disconnected(self, client: connection.Client) -> None:
         self._forget(client.id)
+        self._overrun.discard(client.id)
 
     def _forget(self, cid: str) -> None:
         self._clients.pop(cid, None)
         self._idle.pop(cid, None)
         self._flows.pop(cid, None)
         self._tunnels.discard(cid)
+        self._resets.pop(cid, None)
+        self._started.pop(cid, None)
 
     # -- requests --------------------------------------------------------------------
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         # A tunnel is set up: what it carries must start in time, counted from now.
         self._waiting(flow.client_conn.id)
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        cid = flow.client_conn.id
+        if cid in self._clients and self.max_streams and cid not in self._overrun:
+            started = self._started.setdefault(cid, set())
+            started.add(flow.id)
+            if len(started) > self.max_streams:
+                self._overrun_by(cid, self.too_many_streams)
+        if cid in self._overrun and flow.killable:
+            # Read before its connection closed (mitmproxy runs the hooks of one connection's
+            # streams side by side): it goes no further, neither upstream nor to the store.
+            flow.kill()
 
     def request(self, flow: http.HTTPFlow) -> None:
         # Not at the head: a body that trickles in (or never comes) is still waiting, under
@@ -207,6 +280,22 @@ class ConnectionGuard:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._ended(flow)
+        reset = flow.error is not None and flow.error.msg.startswith(RESET_BY_CLIENT)
+        cid = flow.client_conn.id
+        if not reset or not self.max_resets or cid not in self._clients:
+            return
+        now = time.monotonic()
+        since, n = self._resets.get(cid, (now, 0))
+        if now - since >= WINDOW:
+            since, n = now, 0
+        self._resets[cid] = (since, n + 1)
+        if n + 1 > self.max_resets:
+            self._overrun_by(cid, self.too_many_resets)
+
+    def _overrun_by(self, cid: str, burst: LogBurst) -> None:
+        self._overrun.add(cid)  # the requests already read are killed as they come
+        self._close(cid)
+        burst.hit()
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         self._tunnel(flow)
@@ -225,6 +314,7 @@ class ConnectionGuard:
 
     def _ended(self, flow: http.HTTPFlow) -> None:
         cid = flow.client_conn.id
+        self._started.get(cid, set()).discard(flow.id)
         flows = self._flows.get(cid)
         if flows is not None:
             flows.discard(flow.id)
@@ -253,7 +343,7 @@ class ConnectionGuard:
             self._close(cid)
             self.closed_idle.hit(now)
             closed += 1
-        for burst in (self.closed_idle, self.evicted, self.refused, self.out_of_fds):
+        for burst in self.bursts:
             burst.flush(now)
         return closed
 

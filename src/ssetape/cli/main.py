@@ -19,8 +19,14 @@ __all__ = ["COMMANDS", "main"]
 
 # name -> ("module:function", the first sentence of its help, as `ssetape --help` shows it)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "list": ("ssetape.cli.browse:list_cmd", "List recorded exchanges, newest first (alias: ls)."),
-    "ls": ("ssetape.cli.browse:list_cmd", "List recorded exchanges, newest first (alias: ls)."),
+    "list": (
+        "ssetape.cli.browse:list_cmd",
+        "List recorded exchanges, newest first unless --sort says otherwise (alias: ls).",
+    ),
+    "ls": (
+        "ssetape.cli.browse:list_cmd",
+        "List recorded exchanges, newest first unless --sort says otherwise (alias: ls).",
+    ),
     "show": (
         "ssetape.cli.browse:show",
         "Show one exchange: redacted headers, bodies, its events with their offsets.",

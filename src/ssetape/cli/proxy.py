@@ -13,11 +13,13 @@ import certifi
 import click
 from mitmproxy.certs import CertStore
 
+from ssetape.addons.admin import Admin
 from ssetape.addons.control import Control
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.handshakes import HandshakeSlots
 from ssetape.addons.recorder import Recorder
 from ssetape.addons.replayer import Replayer
+from ssetape.addons.tls_failures import TlsFailures
 from ssetape.cli.options import (
     DEFAULT_CONFDIR,
     proxy_options,
@@ -90,8 +92,17 @@ def recording_runner(
     # two descriptors instead of one.
     lazy = {"connection_strategy": "lazy"}
     # Control answers the pytest plugin, which shares one recording proxy between tests.
-    addons = [ConnectionGuard(), Control(recorder), recorder]
-    runner = proxy_runner(addons, extra=lazy, on_ready=on_ready, **common)
+    # Admin after the recorder: /readyz says "stopping" while the recorder stores the rest.
+    admin = Admin(recorder)
+    addons = [ConnectionGuard(), TlsFailures(), Control(recorder), recorder, admin]
+
+    def ready(host: str, port: int) -> None:
+        on_ready(host, port)
+        if admin.url is not None:  # the port chosen, for --admin HOST:0
+            click.echo(f"ssetape admin: listening on {admin.url} (/healthz, /readyz)")
+            sys.stdout.flush()
+
+    runner = proxy_runner(addons, extra=lazy, on_ready=ready, **common)
     return runner, recorder
 
 
@@ -175,8 +186,16 @@ def exit_report(recorder: Recorder, *, err: bool = False) -> None:
 @click.command()
 @proxy_options
 @web_option
-def record(web: int | None, **common: Any) -> None:
+@click.option(
+    "--admin",
+    metavar="HOST:PORT",
+    help="Answer /healthz and /readyz here, for a load balancer or an alert (PORT alone: "
+    "on 127.0.0.1; port 0: any free one, printed at start).",
+)
+def record(web: int | None, admin: str | None, **common: Any) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
+    if admin is not None:
+        common["sets"] = (*common["sets"], f"ssetape_admin={admin}")
     beside = viewer(web, common["db"])
     ready = announce("record", common["db"], validate_mode(common["mode"]))
     runner, recorder = recording_runner(with_viewer(ready, beside), **common)
@@ -278,7 +297,7 @@ def replay(
         )
     replayer = Replayer()
     runner = proxy_runner(
-        [ConnectionGuard(), HandshakeSlots(), replayer, Recorder()],
+        [ConnectionGuard(), TlsFailures(), HandshakeSlots(), replayer, Recorder()],
         on_ready=with_viewer(announce("replay", db, validate_mode(mode)), beside),
         extra={
             "ssetape_speed": repr(speed),

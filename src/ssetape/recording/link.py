@@ -30,6 +30,7 @@ from ssetape.recording.backlog import Backlog
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.child import PIPE_SIZE, Child
 from ssetape.recording.event_count import EventCount
+from ssetape.recording.link_health import LinkHealth
 from ssetape.recording.losses import Losses
 from ssetape.recording.protocol import (
     Begin,
@@ -127,6 +128,11 @@ class RecordLink:
     def pid(self) -> int | None:
         """The recording process's pid, while it runs."""
         return self._child.proc.pid if self._child is not None else None
+
+    def health(self) -> LinkHealth:
+        """For health checks (``addons.admin``): any thread may call it."""
+        child, waiting = self._child, len(self._out)
+        return LinkHealth.of(child, spawned=self._spawned, waiting=waiting, bound=self._max_buffer)
 
     # The proxy's side: called on its event loop (or wherever its hooks run), never blocks.
 
