@@ -5,6 +5,7 @@ In process: which connection the guard closes, and which it leaves alone."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import socket
 import ssl
 import threading
@@ -29,6 +30,10 @@ from tests.conftest import Proc
 
 STREAMS = 10_000  # the attacker's, at most
 ATTACK_FOR = 60.0  # seconds, at most
+# mitmproxy 12 holds against a rapid reset by itself, and the guard's bounds are not reached
+# there (issue 39 measured 3 rows and others served within 2.1 s): the test then checks what a
+# user sees, the others served and the attacker's streams not stored, not the guard closing it.
+MITMPROXY_MAJOR = int(importlib.metadata.version("mitmproxy").split(".")[0])
 
 
 class Attacker(threading.Thread):
@@ -106,12 +111,16 @@ def test_a_rapid_reset_is_closed_and_others_are_served_meanwhile(
     attacker.join(ATTACK_FOR + 30)
     assert chunks and chunks[-1].usage is not None
     assert served_in < 30, f"the other client waited {served_in:.1f} s"
-    assert attacker.closed_by_proxy, f"the proxy kept the attacker after {attacker.sent} streams"
+    if MITMPROXY_MAJOR < 12:
+        # mitmproxy 11 relays every stream it is sent: only the guard's bounds stop it.
+        closed = attacker.closed_by_proxy
+        assert closed, f"the proxy kept the attacker after {attacker.sent} streams"
     assert proc.stop() == 0
     log = proc.log.decode()
-    # Whichever bound the proxy saw passed first: its streams in flight or its resets.
-    lines = [line for line in log.splitlines() if "ssetape_max_" in line or "more client" in line]
-    assert 1 <= len(lines) <= 4 and "closing client connections" in lines[0], log
+    if MITMPROXY_MAJOR < 12:
+        # Whichever bound the proxy saw passed first: its streams in flight or its resets.
+        lines = [li for li in log.splitlines() if "ssetape_max_" in li or "more client" in li]
+        assert 1 <= len(lines) <= 4 and "closing client connections" in lines[0], log
     assert "Traceback" not in log
     store = Store.open(proc.db, create=False)
     try:
