@@ -100,6 +100,7 @@ class Recorder:
         self.exit_line: str | None = None
         self.exit_warned = False
         self._running = False  # the proxy relays: a store is opened off its event loop
+        self._opened_with: tuple[Any, ...] | None = None
         self._reopening: set[asyncio.Task[None]] = set()
 
     def load(self, loader: Loader) -> None:
@@ -178,9 +179,12 @@ class Recorder:
         price_data = configured_price_data(ctx.options.ssetape_price_data, updated)
         retention = configured_retention(ctx.options)
         new_retention = self.link is not None and self.link.retention != retention
-        if new_retention or self.store is None or updated & {
-            "ssetape_db", "ssetape_store_timeout", "ssetape_price_data"
-        }:  # fmt: skip
+        # By value: mitmproxy configures every addon again when one that joins the chain
+        # declares an option (the admin server's); a store opened twice is two runs.
+        o = ctx.options
+        opened_with = (o.ssetape_db, o.ssetape_store_timeout, o.ssetape_price_data)
+        if new_retention or self.store is None or opened_with != self._opened_with:
+            previous, self._opened_with = self._opened_with, opened_with
             target = ctx.options.ssetape_db
             make_link = functools.partial(
                 RecordLink,
@@ -192,31 +196,33 @@ class Recorder:
                 # Beside the replayer, a replay-only session must leave its tape untouched.
                 active="ssetape_record_mode" not in ctx.options,
             )
-            if self._running:
-                # A change while the proxy relays streams (mitmweb's options, a script):
-                # opening and migrating a store can take seconds (a slow PostgreSQL), so it
-                # runs in a thread and the loop never waits; until it is open the exchanges
-                # go on into the old store, and a store that cannot be opened is logged and
-                # leaves the old one in place. A target that is no store at all is still an
-                # option error here.
+            try:
                 check_target(target)
-                task = asyncio.get_running_loop().create_task(self._reopen(target, make_link))
+                # Before the proxy listens: opened here, migrations run once. While streams
+                # flow: in a thread (it can take seconds); the old store records until the
+                # new one is open, and stays if it cannot be.
+                store = None if self._running else open_store(target)
+            except exceptions.OptionsError:
+                self._opened_with = previous  # the old store stays, and so does its key
+                raise
+            if store is None:
+                reopen = self._reopen(target, make_link, previous)
+                task = asyncio.get_running_loop().create_task(reopen)
                 self._reopening.add(task)
                 task.add_done_callback(self._reopening.discard)
                 return
-            # Before the proxy listens (mitmproxy runs every addon's first configure before
-            # it accepts a connection): a bad target is an option error, migrations run once.
-            self._adopt(open_store(target), make_link)
+            self._adopt(store, make_link)
         if self.redactor is None or updated & {"ssetape_redact_header", "ssetape_redact_field"}:
             assert self.store is not None
             self.redactor = store_redactor(
                 self.store, ctx.options.ssetape_redact_header, ctx.options.ssetape_redact_field
             )
 
-    async def _reopen(self, target: str, make_link: Callable[[], RecordLink]) -> None:
+    async def _reopen(self, target: str, make_link: Callable[..., RecordLink], old: Any) -> None:
         try:
             store = await asyncio.to_thread(open_store, target)
         except exceptions.OptionsError as e:
+            self._opened_with = old
             where = self.store.url if self.store is not None else "nothing"
             log.error("ssetape: ssetape_db: %s; still recording to %s", e, where)
             return
