@@ -94,6 +94,8 @@ def test_every_surface_tells_one_longest_gap_and_ttft(db: str) -> None:
     finally:
         store.close()
     assert f"/ {fmt_us(gap_us)}</" in page, "the page's gap median / p95 / max"
+    # The events table's time between rows counts keep-alives: it is not called a gap.
+    assert "<th>since prev</th>" in page and "<th>gap</th>" not in page
     assert re.search(rf"longest gaps?: {re.escape(fmt_us(gap_us))} before #", svg)
     gaps = mcp["one"]["analysis"]["gap_ms"]
     assert gaps["max"] == round(gap_us / 1000, 3)

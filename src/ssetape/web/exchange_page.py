@@ -302,7 +302,9 @@ def _event_row(exchange_id: int, e: Event, gap: int | None) -> Markup:
 
 
 _DOWNLOAD_LINKS = (("cassette", "cassette (JSONL)"), ("har", "HAR"), ("svg", "timeline (SVG)"))
-_EVENT_COLUMNS = ("seq", "offset", "gap", "type", "size", "data")
+# "since prev": the time since the previous stored event, keep-alives included; "gap" is the
+# figure of docs/FIGURES.md (between content events) and is shown only as that.
+_EVENT_COLUMNS = ("seq", "offset", "since prev", "type", "size", "data")
 
 
 def _trio(a: int | None, b: int | None, c: int | None) -> str | None:
