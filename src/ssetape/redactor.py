@@ -34,6 +34,10 @@ DEFAULT_HEADERS = frozenset(
 )
 DEFAULT_QUERY_PARAMS = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token"})
 
+# Browsers cannot set Authorization on a WebSocket: OpenAI's browser clients carry the key as
+# a subprotocol token instead (`realtime, openai-insecure-api-key.<key>, openai-beta...`).
+SUBPROTOCOL_HEADER = "sec-websocket-protocol"
+_KEY_TOKEN = re.compile(r"(?P<name>openai-insecure-api-key\.)(?P<key>[^,\s]+)", re.IGNORECASE)
 _AUTH_SCHEME = re.compile(r"^(Bearer|Basic|Token|Digest)\s+", re.IGNORECASE)
 _MASK = re.compile(r"<redacted:[0-9a-f]{12}>")
 _QUOTED_MASK = re.compile(rb'"<redacted:[0-9a-f]{12}>"')
@@ -97,6 +101,8 @@ class Redactor:
         return f"<redacted:{digest}>"
 
     def header_value(self, name: str, value: str) -> str:
+        if name.lower() == SUBPROTOCOL_HEADER:
+            return self.subprotocols(value)
         if name.lower() not in self.headers:
             return value
         # Keep the scheme: "Bearer" vs "Basic" is useful and not secret.
@@ -105,6 +111,16 @@ class Redactor:
         secret = value[len(kept) :]
         # A mask stays as it is (a cassette or store redacted already), never masked again.
         return value if _MASK.fullmatch(secret) else kept + self.mask(secret)
+
+    def subprotocols(self, value: str) -> str:
+        """``value`` with the key of each key-carrying token masked; the other tokens (and
+        the token's name: which kind of secret it was) stay as sent."""
+
+        def masked(m: re.Match[str]) -> str:
+            key = m.group("key")
+            return m.group(0) if _MASK.fullmatch(key) else m.group("name") + self.mask(key)
+
+        return _KEY_TOKEN.sub(masked, value)
 
     def headers_list(self, pairs: Iterable[tuple[str, str]]) -> list[list[str]]:
         return [[name, self.header_value(name, value)] for name, value in pairs]

@@ -121,3 +121,20 @@ def test_a_body_the_fields_cannot_be_found_in_is_masked_whole(
     out = Redactor(KEY, fields=["api_key"]).body(body, encoding)
     assert out is not None and orjson.loads(out).startswith("<redacted:")
     assert b"sk-LEAK" not in out
+
+
+def test_websocket_subprotocol_key_is_masked_keeping_the_other_tokens() -> None:
+    """Browser Realtime clients carry the key as a subprotocol token: only its key part goes."""
+    r = Redactor(KEY)
+    sent = "realtime, openai-insecure-api-key.sk-abc123, openai-beta.realtime-v1"
+    out = r.header_value("Sec-WebSocket-Protocol", sent)
+    assert "sk-abc123" not in out
+    before, token, after = out.split(", ")
+    assert (before, after) == ("realtime", "openai-beta.realtime-v1")
+    assert token == "openai-insecure-api-key." + r.mask("sk-abc123")
+    assert r.header_value("sec-websocket-protocol", out) == out  # masked once only
+    assert r.header_value("sec-websocket-protocol", "realtime") == "realtime"
+    # The key in the upgrade URL and Gemini's header are masked as on any request.
+    assert "AIzaK" not in r.query("key=AIzaK") and "AIzaK" not in r.header_value(
+        "x-goog-api-key", "AIzaK"
+    )
