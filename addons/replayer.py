@@ -32,6 +32,7 @@ from ssetape.recording.clock import monotonic_of
 from ssetape.redactor import Redactor
 from ssetape.replay.miss import Miss, MissKind
 from ssetape.replay.request_index import RequestIndex
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.vocabulary import INLINE_BODY, Header, RecordMode
 
@@ -127,7 +128,7 @@ class Replayer:
             if self.store is not None:
                 self.store.close()
             self.store = open_store(opts.ssetape_db, create=mode != RecordMode.NONE)
-            self.tape_was_empty = not self.store.exchanges(limit=1)
+            self.tape_was_empty = not Queries(self.store).exchanges(limit=1)
         self.redactor = store_redactor(
             self.store, opts.ssetape_redact_header, opts.ssetape_redact_field
         )

@@ -5,8 +5,12 @@
 Targets: `ssetape replay` in reverse mode (record mode none: the direct replay server, no
 proxy in the data path), in forward mode over plain HTTP (absolute-form requests) and over
 HTTPS (CONNECT, TLS with the CA of `ssetape ca`: the same direct server ends the tunnel), the
-same with two processes on the port (`--workers 2`), the same through mitmproxy (record mode
-new_episodes keeps the replayer addon and its timed server), and mitmproxy's own server replay.
+same with two processes on the port (`--workers 2`), the same in record mode new_episodes
+(the same server; each burst of N also carries max(1, N // 20) requests not on the tape, which
+it relays to its recording proxy and records while the hits play: they are not measured; over
+HTTPS they reach the plain-HTTP simulator with TLS and are recorded as failed), the same
+through mitmproxy (a `--set` keeps the replayer addon and its timed server), and mitmproxy's
+own server replay.
 
 Records 20 distinct chat streams (40 events, ~20 ms apart, with jitter) from the simulator
 through `ssetape record` (and the same through `mitmdump -w` for mitmproxy's server replay),
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ssl
 import statistics
 import sys
@@ -33,6 +38,7 @@ import orjson
 
 from bench.bench_record import BIN, free_port, process
 from ssetape.framing.sse import SseParser
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 RECORDINGS = 20
@@ -139,20 +145,29 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+MISSED = iter(range(1 << 30))  # each miss a prompt never asked before
+
+
 async def run_round(port: int, n: int, events: int, offsets: list[list[float]],
-                    ttfbs: list[float], way: Way,
-                    warm: bool = False) -> dict[str, float]:  # fmt: skip
+                    ttfbs: list[float], way: Way, warm: bool = False,
+                    misses: int = 0) -> dict[str, float]:  # fmt: skip
     """N streams at once; ``warm``: every connection (and tunnel, and handshake) is made
     first and the N requests then go out together, as from clients that keep connections.
-    One stream is played ``SINGLE`` times, one after another (one sample says little)."""
+    One stream is played ``SINGLE`` times, one after another (one sample says little).
+    ``misses``: requests not on the tape sent in the same burst (recorded by new_episodes;
+    not measured: they have no recorded timing yet)."""
     results = []
     for r in range(SINGLE if n == 1 else 1):  # stream j of them all plays recording j % 20
         conns: list[Conn | None] = [None] * n
         if warm:
             conns = list(await asyncio.gather(*(connect(port, way) for _ in range(n))))
-        results += await asyncio.gather(
-            *(fetch(port, body((r * n + i) % RECORDINGS, events), way, conns[i]) for i in range(n))
+        extra = [fetch(port, body(RECORDINGS + next(MISSED), events), way)
+                 for _ in range(misses)]  # fmt: skip
+        got = await asyncio.gather(
+            *(fetch(port, body((r * n + i) % RECORDINGS, events), way, conns[i]) for i in range(n)),
+            *extra,
         )
+        results += got[:n]
     n = len(results)
     ttfb_err, gap_err, setups = [], [], []
     for i, (ttfb, times, _, setup) in enumerate(results):
@@ -195,11 +210,13 @@ def main() -> None:
         help="connect (tunnel, handshake) every client before the burst of requests",
     )
     args = ap.parse_args()
-    levels = [int(c) for c in args.concurrency.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="ssetape-bench-"))
     db, flows, conf = tmp / "tape.db", tmp / "flows.mitm", tmp / "conf"
     sim_port = free_port()
-    with process([str(BIN / "ssetape"), "simulate", "--port", str(sim_port)], sim_port):
+    # The simulator stays up: new_episodes records the misses of each burst from it.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(process([str(BIN / "ssetape"), "simulate", "--port", str(sim_port)],
+                                    sim_port))  # fmt: skip
         up = f"http://127.0.0.1:{sim_port}"
         p = free_port()
         with process([str(BIN / "ssetape"), "record", "--db", str(db), "--port", str(p),
@@ -209,13 +226,20 @@ def main() -> None:
         with process([str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-port",
                       str(p), "-w", str(flows), "--set", f"confdir={conf}"], p):  # fmt: skip
             asyncio.run(record_all(p, args.events))
+        replay_all(args, up, sim_port, db, flows, conf)
+
+
+def replay_all(args: argparse.Namespace, up: str, sim_port: int, db: Path, flows: Path,
+               conf: Path) -> None:  # fmt: skip
+    levels = [int(c) for c in args.concurrency.split(",")]
     store = Store.open(str(db), create=False)
-    rows = sorted(store.exchanges(), key=lambda x: x.id)
+    queries = Queries(store)
+    rows = sorted(queries.exchanges(), key=lambda x: x.id)
     by_prompt = {}
     for x in rows:
         prompt = orjson.loads(x.request_body or b"{}")["messages"][0]["content"]
         by_prompt[int(prompt.rsplit(" ", 1)[1])] = x
-    offsets = [[e.offset_us / 1e6 for e in store.events(by_prompt[i].id)]
+    offsets = [[e.offset_us / 1e6 for e in queries.events(by_prompt[i].id)]
                for i in range(RECORDINGS)]  # fmt: skip
     ttfbs = [(by_prompt[i].ttfb_us or 0) / 1e6 for i in range(RECORDINGS)]
     store.close()
@@ -229,7 +253,10 @@ def main() -> None:
         return [str(BIN / "ssetape"), "replay", "--db", str(db), "--port", str(port),
                 "--mode", mode, "--confdir", str(conf), *more]  # fmt: skip
 
-    # (command, how the client reaches it); new_episodes may forward, so it keeps mitmproxy.
+    # (command, how the client reaches it). new_episodes: the same server, a miss relayed to
+    # the recording proxy (a burst of N carries N // 20 misses, at least one); a `--set` keeps
+    # mitmproxy (and the replayer addon) in the data path.
+    episodes = ("--record-mode", "new_episodes")
     targets = {
         "ssetape replay (reverse)": (lambda p, *a: ssetape(p, f"reverse:{up}", *a), reverse),
         "ssetape replay (forward HTTP)": (lambda p, *a: ssetape(p, "regular", *a), forward),
@@ -240,10 +267,16 @@ def main() -> None:
             lambda p, *a: ssetape(p, "regular", "--workers", "2", *a), forward),
         "ssetape replay --workers 2 (forward HTTPS)": (
             lambda p, *a: ssetape(p, "regular", "--workers", "2", *a), https),
-        "ssetape replay via mitmproxy (reverse)": (lambda p, *a: ssetape(
-            p, f"reverse:{up}", "--record-mode", "new_episodes", *a), reverse),
-        "ssetape replay via mitmproxy (forward HTTPS)": (lambda p, *a: ssetape(
-            p, "regular", "--record-mode", "new_episodes", *a), https),
+        "ssetape replay new_episodes (reverse)": (lambda p, *a: ssetape(
+            p, f"reverse:{up}", *episodes, *a), reverse),
+        "ssetape replay new_episodes (forward HTTP)": (lambda p, *a: ssetape(
+            p, "regular", *episodes, *a), forward),
+        "ssetape replay new_episodes (forward HTTPS)": (lambda p, *a: ssetape(
+            p, "regular", *episodes, *a), https),
+        "ssetape replay via mitmproxy, --set (reverse)": (lambda p, *a: ssetape(
+            p, f"reverse:{up}", "--set", "connection_strategy=lazy", *a), reverse),
+        "ssetape replay via mitmproxy, --set (forward HTTPS)": (lambda p, *a: ssetape(
+            p, "regular", "--set", "connection_strategy=lazy", *a), https),
         "mitmdump --server-replay (reverse)": (lambda p, *a: [
             str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-port", str(p),
             "--server-replay", str(flows), "--set", "server_replay_reuse=true",
@@ -260,8 +293,9 @@ def main() -> None:
             time.sleep(0.5)
             asyncio.run(run_round(port, 1, args.events, offsets, ttfbs, way))  # warm-up
             for n in levels:
-                table.append((name, n, asyncio.run(run_round(port, n, args.events, offsets,
-                                                             ttfbs, way, args.warm))))  # fmt: skip
+                misses = max(1, n // 20) if "new_episodes" in name else 0
+                table.append((name, n, asyncio.run(run_round(
+                    port, n, args.events, offsets, ttfbs, way, args.warm, misses))))  # fmt: skip
                 print(f"done: {name} x{n}", file=sys.stderr)
         if name.startswith("mitmdump"):
             continue  # it keeps no timing: its every answer is already "at once"

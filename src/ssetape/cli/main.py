@@ -56,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ssetape's CA in its environment, and exit with its exit code.",
     ),
     "replay": (
-        "ssetape.cli.proxy:replay",
+        "ssetape.cli.replay:replay",
         "Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM.",
     ),
     "ca": (

@@ -25,16 +25,19 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from functools import partial
+from typing import Any
 from urllib.parse import urlsplit
 
 from ssetape.redactor import check_paths
 from ssetape.replay.admission import SLOTS, Admission, share
+from ssetape.replay.episodes import Episodes
 from ssetape.replay.faults import Faults
 from ssetape.replay.front_workers import FrontWorkers, WorkerSpec
-from ssetape.replay.http_server import HttpServer, error_response, raise_fd_limit
+from ssetape.replay.http_server import HttpServer, raise_fd_limit
+from ssetape.replay.miss import MissKind
 from ssetape.replay.player import Player
 from ssetape.replay.request_index import RequestIndex
-from ssetape.replay.responder import TlsFor
+from ssetape.replay.responder import ResponseWriter, TlsFor, error_response
 from ssetape.storage.store import Store
 from ssetape.vocabulary import INLINE_BODY, Header
 
@@ -57,8 +60,11 @@ class DirectFront:
         faults: Faults | None = None,
         tls: TlsFor | None = None,
         slots: int = SLOTS,
+        episodes: Episodes | None = None,
     ) -> None:
         self.faults = faults
+        # Recording new episodes: a miss is relayed to the recording proxy (see its module).
+        self.episodes = episodes
         self.player = Player(
             store, allow_gaps=allow_gaps, on_incomplete=on_incomplete, faults=faults
         )
@@ -83,7 +89,7 @@ class DirectFront:
 
     async def respond(
         self,
-        writer: asyncio.StreamWriter,
+        out: ResponseWriter[Any],
         request_line: list[bytes],
         headers: dict[bytes, bytes],
         body: bytes,
@@ -91,7 +97,7 @@ class DirectFront:
     ) -> bool:
         t0 = at  # offset zero: the whole request is here
         if len(request_line) < 2:
-            error_response(writer, 400, "ssetape: malformed request line")
+            error_response(out, 400, "ssetape: malformed request line")
             return False
         host, t0 = self.origin(headers, t0)
         port = self.port
@@ -101,7 +107,7 @@ class DirectFront:
             host, port, target = _absolute(target)
         # Before the lookup: a refused attempt leaves the recording for the client's retry.
         if self.faults and (refusal := self.faults.refusal(target)) is not None:
-            writer.write(refusal)
+            out.send(refusal)
             return True
         loop = asyncio.get_running_loop()
         try:
@@ -117,16 +123,25 @@ class DirectFront:
                 found = await loop.run_in_executor(None, lookup, method, host, target, body or None)
         except Exception as e:
             log.exception("ssetape: replay lookup failed")
-            error_response(writer, 500, f"ssetape could not look this request up: {e}")
+            error_response(out, 500, f"ssetape could not look this request up: {e}")
             return True
         assert found is not None
         if isinstance(found, int):
             self.hits += 1
-            return await self.player.play_recording(writer, request_line[0], found, t0, self.speed)
+            return await self.player.play_recording(out, request_line[0], found, t0, self.speed)
+        if self.episodes is not None:
+            if found.kind is MissKind.CUT:
+                log.warning("ssetape: %s", found.message)  # recorded again: say so
+
+            async def again(t: float) -> bool:
+                return await self.respond(out, request_line, headers, body, t)
+
+            return await self.episodes.answer(
+                again, out, (request_line, headers, body), (method, host, target)
+            )
         self.misses += 1
         log.warning("ssetape: %s", found.message)
-        miss = f"{Header.MISS}: 1\r\n".encode()
-        error_response(writer, 404, found.body(), "application/json", miss)
+        error_response(out, 404, found.body(), "application/json", ((Header.MISS.raw, b"1"),))
         return True
 
     async def serve(
@@ -162,8 +177,10 @@ class DirectFront:
             if workers is not None:
                 more = await loop.run_in_executor(None, workers[0].stop)
                 hits, misses = hits + more[0], misses + more[1]
-            if (hits or misses) and not worker:
-                log.info("ssetape: replayed %d, missed %d", hits, misses)
+            relayed = self.episodes.recorded if self.episodes else 0
+            recorded = f", recorded {relayed}" if self.episodes else ""
+            if (hits or misses or relayed) and not worker:
+                log.info("ssetape: replayed %d, missed %d%s", hits, misses, recorded)
         return hits, misses
 
 
@@ -201,13 +218,15 @@ def run_front(
     workers: int = 1,
     worker: bool = False,
     slots: int | None = None,
+    recorder: int | None = None,
 ) -> tuple[int, int]:
     """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError,
     RuntimeError): (requests replayed, requests missed).
 
     ``upstream`` empty: forward mode, HTTPS tunnels ended with the CA in ``confdir``.
     ``workers``: processes sharing the port (:mod:`ssetape.replay.front_workers`); ``slots``:
-    TLS handshakes this process lets run at once (by default its share among ``workers``)."""
+    TLS handshakes this process lets run at once (by default its share among ``workers``);
+    ``recorder``: the port of the recording proxy misses are relayed to (new_episodes)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
     check_paths("--ignore-field", ignore)
     check_paths("--redact-field", redact_fields)
@@ -215,7 +234,10 @@ def run_front(
     with contextlib.ExitStack() as stack:
         stack.callback(store.close)
         redactor = store.redactor(redact_headers, redact_fields)
-        index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host, repeat=repeat)
+        # Recording new episodes, a cut recording is recorded again rather than replayed.
+        index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host,
+                             repeat=repeat, rerecord_cut=recorder is not None)  # fmt: skip
+        episodes = None if recorder is None else Episodes(index, recorder, coalesce=repeat)
         tls: TlsFor | None = None
         if not upstream and confdir is not None:
             # Here only: certificates come from mitmproxy's CA store, which reverse-mode
@@ -227,7 +249,7 @@ def run_front(
             tls = leaves
         slots = share(workers) if slots is None else slots
         front = DirectFront(store, index, upstream, speed, allow_gaps=allow_gaps, faults=faults,
-                            tls=tls, slots=slots)  # fmt: skip
+                            tls=tls, slots=slots, episodes=episodes)  # fmt: skip
         front.preload()
         raise_fd_limit()  # as the proxy does: a burst of replayed streams takes descriptors
         # What exists now (modules, the loaded tape) lives as long as the process: full

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ssetape.analysis.apis import detect_api
-from ssetape.replay.playback import Row, frame
+from ssetape.replay.playback import Row, timed_pieces
 from ssetape.replay.provider_errors import errors_for, reason
+from ssetape.replay.response_parts import END, Body, Head, Part
 from ssetape.vocabulary import Header
 
 __all__ = ["Fault", "FaultError", "FaultKind", "Faults", "Plan", "plan"]
@@ -211,8 +212,8 @@ class Faults:
                         break  # one answer per request
             return taken
 
-    def refusal(self, path: str) -> bytes | None:
-        """The whole HTTP answer of the next status fault that still serves (counted), in the
+    def refusal(self, path: str) -> tuple[Part, ...] | None:
+        """The whole answer of the next status fault that still serves (counted), in the
         shape of the API ``path`` calls; None: serve the request."""
         taken = self._take(streams=False)
         if not taken:
@@ -220,11 +221,11 @@ class Faults:
         f = taken[0]
         assert f.status is not None
         body = json.dumps(errors_for(detect_api(path)).status_body(f.status)).encode()
-        head = [f"HTTP/1.1 {f.status} {reason(f.status)}", "content-type: application/json",
-                f"content-length: {len(body)}", f"{Header.FAULT}: {f.spec()}"]  # fmt: skip
+        fields = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                  (Header.FAULT.raw, f.spec().encode())]  # fmt: skip
         if f.retry_after is not None:
-            head.append(f"retry-after: {_shown(f.retry_after)}")
-        return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+            fields.append((b"retry-after", _shown(f.retry_after).encode()))
+        return Head(f.status, reason(f.status).encode(), tuple(fields)), Body(0.0, body), END
 
     def for_stream(self) -> list[Fault]:
         """The stream faults that apply to the next streamed recording (counted)."""
@@ -236,7 +237,7 @@ class Plan:
     """A faulted stream in wall-clock seconds from offset zero: play it at speed 1."""
 
     ttfb: float
-    pieces: tuple[tuple[float, bytes], ...]
+    pieces: tuple[Body, ...]
     complete: bool  # False: the connection drops after the last piece
 
 
@@ -281,7 +282,7 @@ def plan(
         complete = False
         break
     us = [(i, round(t * 1e6), data) for i, (t, data) in enumerate(timed)]
-    pieces = list(frame(us))
+    pieces = list(timed_pieces(us))
     if cut_at is not None:
-        pieces.append((cut_at, b""))  # nothing more to write: the drop itself, on time
+        pieces.append(Body(cut_at, b""))  # nothing more to write: the drop itself, on time
     return Plan(ttfb, tuple(pieces), complete)

@@ -1,6 +1,7 @@
-"""The HTTP/1.1 side of ssetape's replay servers: connections, requests, error answers.
+"""The HTTP/1.1 side of ssetape's replay servers: connections, requests, and the writer that
+frames a response's parts as HTTP/1.1.
 
-Replay servers only read requests and write recorded bytes; what they answer is a
+Replay servers only read requests and write responses; what they answer is a
 :data:`Responder`'s business (the timed server's, the direct front's). Each connection serves
 requests until either side closes it.
 """
@@ -15,17 +16,19 @@ import socket
 import ssl
 import struct
 import time
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from ssetape.recording.body_tap import BodyTap
 from ssetape.replay.admission import Admission, on_this_machine
-from ssetape.replay.responder import Responder, TlsFor
+from ssetape.replay.responder import Responder, TlsFor, error_response
+from ssetape.replay.response_parts import Body, Head, Part
 from ssetape.replay.stamped_reader import StampedReader, arrival
 
 __all__ = [
     "BadRequest",
+    "Http1Writer",
     "HttpServer",
-    "error_response",
     "parse_head",
     "raise_fd_limit",
     "read_body",
@@ -81,6 +84,7 @@ class HttpServer:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._open.add(writer)
+        out = Http1Writer(writer)
         tunnel: bytes | None = None  # the authority of the CONNECT this connection carries
         first = True  # h2c's preface counts only as a connection's first bytes
         # When the last answer on this connection was written: a request pipelined behind it
@@ -105,6 +109,7 @@ class HttpServer:
                     tunnel = request_line[1] if len(request_line) > 1 else b""
                     if not await self._open_tunnel(writer, tunnel):
                         break
+                    out = Http1Writer(writer)  # over TLS now: a new transport
                     if _alpn(writer) == "h2":
                         # Here only: h2 comes with mitmproxy, which plain replay never needs.
                         from ssetape.replay.h2_server import H2Server
@@ -118,11 +123,11 @@ class HttpServer:
                 try:
                     body = await read_body(reader, headers, self.head_timeout)
                 except BadRequest as e:
-                    error_response(writer, 400, f"ssetape: {e}", extra=b"connection: close\r\n")
+                    error_response(out, 400, f"ssetape: {e}", extra=((b"connection", b"close"),))
                     await writer.drain()
                     break
                 at = max(arrival(reader), answered)
-                keep = await self.respond(writer, request_line, headers, body, at)
+                keep = await self.respond(out, request_line, headers, body, at)
                 answered = time.monotonic()
                 if not keep or headers.get(b"connection", b"").lower() == b"close":
                     await writer.drain()
@@ -143,7 +148,7 @@ class HttpServer:
         assert self.tls is not None
         host = urlsplit("//" + authority.decode("latin-1")).hostname or ""
         if not host:
-            error_response(writer, 400, "ssetape: CONNECT names no host")
+            error_response(Http1Writer(writer), 400, "ssetape: CONNECT names no host")
             return False
         # A new host's certificate is signed on first use: not on the loop.
         ctx = self.tls.cached(host)
@@ -196,18 +201,59 @@ class HttpServer:
             await asyncio.wait_for(self.server.wait_closed(), grace)
 
 
-def error_response(
-    writer: asyncio.StreamWriter,
-    status: int,
-    body: str | bytes,
-    content_type: str = "text/plain",
-    extra: bytes = b"",
-) -> None:
-    data = body.encode() if isinstance(body, str) else body
-    writer.write(
-        b"HTTP/1.1 %d Error\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n%s"
-        % (status, content_type.encode(), len(data), extra, data)
-    )
+class Http1Writer:
+    """A response's parts framed as HTTP/1.1 on one connection: the status line and header
+    lines, then the body as it is (its size is among the fields) or chunked."""
+
+    __slots__ = ("_chunked", "transport", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.transport = writer.transport
+        self._chunked = False  # of the response being framed (its head says)
+
+    def frame(self, parts: Sequence[Part]) -> bytes:
+        if len(parts) == 1 and type(part := parts[0]) is Body and self._chunked:
+            data = part.data  # a timed stream's every write but its first and last: no list
+            return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+        out: list[bytes] = []
+        for part in parts:
+            if isinstance(part, Body):
+                if data := part.data:  # empty: nothing to write (a chunk of 0 would end it)
+                    out.append(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+            elif isinstance(part, Head):
+                out.append(head_bytes(part))
+                self._chunked = part.chunked
+            elif self._chunked:  # the end of a chunked body: its last chunk
+                out.append(b"0\r\n\r\n")
+                self._chunked = False
+        return out[0] if len(out) == 1 else b"".join(out)  # one part: no copy
+
+    def write(self, framed: bytes) -> None:
+        self.transport.write(framed)
+
+    def send(self, parts: Sequence[Part]) -> None:
+        self.transport.write(self.frame(parts))
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def abort(self) -> None:
+        self.transport.abort()
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+
+def head_bytes(head: Head) -> bytes:
+    """The status line and header lines (``transfer-encoding: chunked`` last, when chunked)."""
+    first = b"HTTP/1.1 %d" % head.status
+    if head.reason:
+        first += b" " + head.reason
+    lines = [first, *(b"%s: %s" % field for field in head.headers)]
+    if head.chunked:
+        lines.append(b"transfer-encoding: chunked")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 NEAR = 0.002  # seconds of round trip under which a client counts as on this machine (or LAN)

@@ -1,10 +1,10 @@
-"""One recorded response, ready to be written back: the head and the timed body pieces.
+"""One recorded response, ready to be written back: its head and timed body pieces as typed
+parts (:mod:`ssetape.replay.response_parts`), which each protocol's writer frames itself.
 
-Made once per recording (the player caches them), so that a replay only writes bytes at their
-deadlines: the HTTP/1.1 framing of every piece is done here, not per replay. It is also where
-stored values become bytes for a socket, so what is not a header line, a status or a reason
-phrase (a store written by hand or by an older ssetape) is left out here and logged, never
-written: a value with CR LF in it would split the response.
+Made once per recording (the player caches them), so that a replay only frames and writes
+them. It is also where stored values become bytes for a socket, so what is not a header line,
+a status or a reason phrase (a store written by hand or by an older ssetape) is left out here
+and logged, never written: a value with CR LF in it would split the response.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ssetape.http_fields import field_problem, reason_problem, status_problem
+from ssetape.replay.response_parts import Body, Fields, Head
 from ssetape.storage.models import Exchange
 from ssetape.vocabulary import ExchangeState, Header
 
-__all__ = ["HOP_BY_HOP", "Playback", "Row", "Source", "frame", "incomplete"]
+__all__ = ["HOP_BY_HOP", "Playback", "Row", "Source", "incomplete", "timed_pieces"]
 
 log = logging.getLogger("ssetape.replay")
 
@@ -37,15 +38,15 @@ HOP_BY_HOP = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Playback:
-    """Head bytes and (offset seconds, bytes) pieces of one recorded response."""
+    """The head and the timed body pieces of one recorded response."""
 
-    head: bytes
+    head: Head
     ttfb: float
-    pieces: tuple[tuple[float, bytes], ...]
+    pieces: tuple[Body, ...]
     stream: bool
     complete: bool  # False: cut the connection after the last piece, as the recording ended
     status: int
-    head_no_body: bytes  # for HEAD and bodiless statuses: the recorded headers, no framing
+    head_no_body: Head  # for HEAD and bodiless statuses: the recorded headers, no framing
     incomplete: str | None = None  # what the recording misses (the header says it too)
     # Set when the pieces are left in the store (a long recording): where to read them.
     source: Source | None = None
@@ -80,23 +81,23 @@ class Playback:
                 stop = x.gap_seq
             elif allow_gaps:
                 complete = x.state == ExchangeState.COMPLETED
-        pieces: list[tuple[float, bytes]] = []
+        pieces: list[Body] = []
         if stream:
             if not lazy:
-                pieces = list(frame(r for r in rows if stop is None or r[0] < stop))
-            headers.append(("transfer-encoding", "chunked"))
+                pieces = list(timed_pieces(r for r in rows if stop is None or r[0] < stop))
         else:
             body = x.response_body or b""
-            pieces.append(((x.duration_us or x.ttfb_us or 0) / 1e6, body))
+            pieces.append(Body((x.duration_us or x.ttfb_us or 0) / 1e6, body))
             headers.append(("content-length", str(len(body))))
         status, reason = _status_line(x)
-        first = f"HTTP/1.1 {status} {reason}".rstrip()
+        # As the status line was always written: a reason of blanks is none.
+        said = reason.rstrip().encode("utf-8", "surrogateescape")
         recorded = [(k, v) for k, v in stored if k.lower() not in HOP_BY_HOP
                     or k.lower() == "content-length"]  # fmt: skip
         return cls(
             status=status,
-            head_no_body=_head(first, recorded),
-            head=_head(first, headers),
+            head_no_body=Head(status, said, _fields(recorded)),
+            head=Head(status, said, _fields(headers), chunked=stream),
             ttfb=(x.ttfb_us or 0) / 1e6,
             pieces=tuple(pieces),
             stream=stream,
@@ -123,9 +124,9 @@ class Source:
 Row = tuple[int, int, bytes]
 
 
-def frame(rows: Iterable[Row]) -> Iterator[tuple[float, bytes]]:
-    """Rows as timed HTTP/1.1 chunks (framed once, not per replay): rows that arrived in one
-    read (one offset) stay one write, as they came; joined once, never copied per row."""
+def timed_pieces(rows: Iterable[Row]) -> Iterator[Body]:
+    """Rows as timed body pieces: rows that arrived in one read (one offset) stay one piece
+    (one write), as they came; joined once, never copied per row."""
     at: int | None = None
     parts: list[bytes] = []
     for _, off, data in rows:
@@ -138,10 +139,10 @@ def frame(rows: Iterable[Row]) -> Iterator[tuple[float, bytes]]:
         yield from _chunk(at, parts)
 
 
-def _chunk(off_us: int | None, parts: list[bytes]) -> Iterator[tuple[float, bytes]]:
+def _chunk(off_us: int | None, parts: list[bytes]) -> Iterator[Body]:
     data = b"".join(parts)
     if data:
-        yield (off_us or 0) / 1e6, b"%x\r\n%s\r\n" % (len(data), data)
+        yield Body((off_us or 0) / 1e6, data)
 
 
 def incomplete(x: Exchange) -> str | None:
@@ -182,6 +183,8 @@ def _status_line(x: Exchange) -> tuple[int, str]:
     return status, reason
 
 
-def _head(first: str, headers: list[tuple[str, str]]) -> bytes:
-    lines = [first, *(f"{k}: {v}" for k, v in headers)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+def _fields(headers: list[tuple[str, str]]) -> Fields:
+    return tuple(
+        (k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+        for k, v in headers
+    )

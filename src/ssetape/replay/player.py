@@ -16,10 +16,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from ssetape.replay.faults import Fault, Faults, plan
-from ssetape.replay.http_server import error_response
-from ssetape.replay.playback import Playback, Row, Source, frame
+from ssetape.replay.playback import Playback, Row, Source, timed_pieces
+from ssetape.replay.responder import ResponseWriter, error_response
+from ssetape.replay.response_parts import END, Part
 from ssetape.storage.store import Store
 from ssetape.storage.tape_reads import TapeReads
 from ssetape.vocabulary import Header
@@ -27,6 +29,7 @@ from ssetape.vocabulary import Header
 __all__ = ["CACHE_BYTES", "LAZY_BYTES", "LAZY_ROWS", "BodyNotStored", "Player"]
 
 log = logging.getLogger("ssetape.replay")
+F = TypeVar("F")  # parts as the writer's protocol frames them
 
 
 # A stream with more rows or bytes than this is played from the store a page at a time (its
@@ -140,7 +143,7 @@ class Player:
 
     async def play_recording(
         self,
-        writer: asyncio.StreamWriter,
+        out: ResponseWriter[Any],
         method: bytes,
         xid: int,
         t0: float,
@@ -159,15 +162,15 @@ class Player:
             log.warning("ssetape: cannot replay %s", e)
             if self.on_incomplete is not None:  # the pytest plugin fails the test with it
                 self.on_incomplete(xid, str(e))
-            why = f"{Header.INCOMPLETE.value}: {e}\r\n".encode("ascii", "replace")
-            error_response(writer, 502, f"ssetape replay: {e}", extra=why)
+            why = ((Header.INCOMPLETE.raw, str(e).encode("ascii", "replace")),)
+            error_response(out, 502, f"ssetape replay: {e}", extra=why)
             return True
         except LookupError as e:
-            error_response(writer, 500, f"ssetape replay: {e}")
+            error_response(out, 500, f"ssetape replay: {e}")
             return True
         except Exception as e:  # the store failed: say so, keep serving
             log.exception("ssetape replay: cannot load a recording")
-            error_response(writer, 503, f"ssetape: cannot read the recording: {e}")
+            error_response(out, 503, f"ssetape: cannot read the recording: {e}")
             return True
         if playback.incomplete is not None:
             log.warning("ssetape: replaying #%d, which is incomplete: %s", xid, playback.incomplete)
@@ -178,8 +181,8 @@ class Player:
             if faults:
                 # Off the cache: a faulted replay reads its rows afresh (tests, not bursts).
                 faulted = await loop.run_in_executor(None, self._faulted, playback, faults, speed)
-                return await self.play(writer, method, faulted, t0, 1.0)  # already wall-clock
-        return await self.play(writer, method, playback, t0, speed)
+                return await self.play(out, method, faulted, t0, 1.0)  # already wall-clock
+        return await self.play(out, method, playback, t0, speed)
 
     def _faulted(self, playback: Playback, faults: list[Fault], speed: float) -> Playback:
         """``playback`` with ``faults`` applied to its rows (read from the store)."""
@@ -196,7 +199,7 @@ class Player:
 
     async def play(
         self,
-        writer: asyncio.StreamWriter,
+        out: ResponseWriter[F],
         method: bytes,
         playback: Playback,
         t0: float,
@@ -214,44 +217,47 @@ class Player:
                 if delay > 0:
                     await asyncio.sleep(delay)
 
+        bodiless = method == b"HEAD" or playback.status in (204, 304) or playback.status < 200
+        if playback.stream and playback.source is None and not bodiless:
+            # Its timers keep the head's deadline too: framed now, written when due.
+            return await self._play_stream(out, playback, base, speed)
         await at(playback.ttfb)
-        if method == b"HEAD" or playback.status in (204, 304) or playback.status < 200:
-            writer.write(playback.head_no_body)
-            await writer.drain()
+        if bodiless:
+            out.send((playback.head_no_body, END))
+            await out.drain()
             return True
         if not playback.stream:
-            await at(playback.pieces[0][0])
+            await at(playback.pieces[0].at)
             if not playback.complete:  # the body never fully arrived when recording
-                writer.write(playback.head)
-                writer.transport.abort()
+                out.send((playback.head,))
+                out.abort()
                 return False
-            writer.write(playback.head + playback.pieces[0][1])
-            await writer.drain()
+            out.send((playback.head, playback.pieces[0], END))
+            await out.drain()
             return True
-        if playback.source is not None:
-            return await self._play_pages(writer, playback, base, speed)
-        return await self._play_stream(writer.transport, playback, base, speed)
+        return await self._play_pages(out, playback, base, speed)
 
     async def _play_pages(
-        self, writer: asyncio.StreamWriter, playback: Playback, base: float, speed: float
+        self, out: ResponseWriter[F], playback: Playback, base: float, speed: float
     ) -> bool:
         """A long recording, read a page at a time (the next while this one plays) and
         written piece by piece at its deadline: two pages held, however long the stream; a
         client that reads slowly holds the reading back (drain)."""
         assert playback.source is not None
         loop = asyncio.get_running_loop()
-        writer.write(playback.head)  # play() waited for its offset
+        out.send((playback.head,))  # play() waited for its offset
         after = -1
         try:
             while True:
                 rows = await loop.run_in_executor(None, self._page, playback.source, after)
-                for offset, data in frame(rows):
-                    if speed > 0 and (delay := base + offset / speed - loop.time()) > 0:
+                for piece in timed_pieces(rows):
+                    framed = out.frame((piece,))  # before its deadline, not at it
+                    if speed > 0 and (delay := base + piece.at / speed - loop.time()) > 0:
                         await asyncio.sleep(delay)
-                    if writer.transport.is_closing():
+                    if out.is_closing():
                         return False  # the client left: stop writing to it
-                    writer.write(data)
-                await writer.drain()
+                    out.write(framed)
+                await out.drain()
                 if len(rows) < PLAY_PAGE:
                     break
                 after = rows[-1][0]
@@ -259,54 +265,57 @@ class Player:
             return False
         except Exception:
             log.exception("ssetape replay: cannot read a recording while playing it")
-            writer.transport.abort()
+            out.abort()
             return False
         if not playback.complete:
-            writer.transport.abort()  # the recording ended here: end the replay the same way
+            out.abort()  # the recording ended here: end the replay the same way
             return False
-        writer.write(b"0\r\n\r\n")
+        out.send((END,))
         return True
 
     async def _play_stream(
-        self, transport: asyncio.BaseTransport, playback: Playback, base: float, speed: float
+        self, out: ResponseWriter[F], playback: Playback, base: float, speed: float
     ) -> bool:
         """Every write is a timer callback at its absolute deadline: no coroutine per event,
-        nothing that can drift; writes due at the same moment go out as one. Each write
-        schedules the next: a burst of new streams costs the loop one timer each, not one per
-        event (200 streams of 50 events put 10,000 timers in its heap at once)."""
-        assert isinstance(transport, asyncio.WriteTransport)
+        nothing that can drift; writes due at the same moment go out as one, all framed
+        before the first (the head) is due. Each write schedules the next: a burst of new
+        streams costs the loop one timer each, not one per event (200 streams of 50 events
+        put 10,000 timers in its heap at once)."""
         loop = asyncio.get_running_loop()
-        due: list[tuple[float, list[bytes]]] = []
-        for offset, data in ((playback.ttfb, playback.head), *playback.pieces):
-            when = base + offset / speed if speed > 0 else 0.0
-            if due and when <= due[-1][0]:  # equal deadlines go out in order, as one write
-                due[-1][1].append(data)  # joined once below: speed 0 is one write, not n copies
-            else:
-                due.append((when, [data]))
-        plan = [(when, b"".join(parts)) for when, parts in due]
-        tail = b"0\r\n\r\n" if playback.complete else b""
+        due: list[tuple[float, list[Part]]] = []
+        if speed > 0:
+            due.append((base + playback.ttfb / speed, [playback.head]))
+            for piece in playback.pieces:
+                when = base + piece.at / speed
+                if when <= due[-1][0]:  # equal deadlines go out in order, as one write
+                    due[-1][1].append(piece)
+                else:
+                    due.append((when, [piece]))
+        else:  # everything at once: one write
+            due.append((0.0, [playback.head, *playback.pieces]))
+        if playback.complete:
+            due[-1][1].append(END)
+        plan = [(when, out.frame(parts)) for when, parts in due]
         done: asyncio.Future[bool] = loop.create_future()
         handle: asyncio.TimerHandle | None = None
 
         def emit(i: int) -> None:
             nonlocal handle
-            if transport.is_closing():  # the client left: stop writing to it
+            if out.is_closing():  # the client left: stop writing to it
                 if not done.done():
                     done.set_result(False)
                 return
-            last = i == len(plan) - 1
-            transport.write(plan[i][1] + tail if last else plan[i][1])
-            if not last:
+            out.write(plan[i][1])
+            if i < len(plan) - 1:
                 handle = loop.call_at(plan[i + 1][0], emit, i + 1)
                 return
             if not playback.complete:
-                transport.abort()  # the recording ended here: end the replay the same way
+                out.abort()  # the recording ended here: end the replay the same way
             done.set_result(playback.complete)
 
         if speed > 0:
             handle = loop.call_at(plan[0][0], emit, 0)
         else:
-            plan = [(0.0, b"".join(data for _, data in plan))]
             emit(0)
         try:
             return await done

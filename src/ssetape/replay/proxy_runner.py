@@ -18,9 +18,10 @@ from ssetape.replay.http_server import raise_fd_limit
 
 log = logging.getLogger("ssetape.proxy")
 # Loggers whose INFO lines an operator must see although the terminal log shows warnings only
-# (mitmproxy's own INFO is per-connection chatter): what retention removed from the store.
+# (mitmproxy's own INFO is per-connection chatter): what retention removed from the store, a drain,
+# where spans go and how many went (--otlp).
 # The terminal log's verbosity is the root logger's level, so a level of their own does it.
-SHOWN_INFO = ("ssetape.retention",)
+SHOWN_INFO = ("ssetape.retention", "ssetape.drain", "ssetape.otlp")
 
 
 class ProxyStartError(RuntimeError):

@@ -202,13 +202,8 @@ class RequestIndex:
         """
         where = host if port in (None, 80, 443) else f"{host}:{port}"
         arrived = time.monotonic()
-        path, _, raw_query = full_path.partition("?")
-        query = self.redactor.query(raw_query)
-        # A body over MAX_BODY was never stored nor redacted: its stand-in is compared.
-        big = body is not None and len(body) > MAX_BODY
-        canon = self._canonical(
-            method, host, path, query, body if big else self.redactor.body(body)
-        )
+        path = full_path.partition("?")[0]
+        canon = self._request(method, host, full_path, body)
         fp = fingerprint(canon)
         if not may_query:
             # On the event loop: never wait for a lookup that holds the lock in a thread.
@@ -233,6 +228,25 @@ class RequestIndex:
         if isinstance(found, Miss) and self.keep_misses:
             self.misses.append(found)
         return found
+
+    def _request(
+        self, method: str, host: str, full_path: str, body: bytes | None
+    ) -> dict[str, Any]:
+        """The request as recordings are compared with it (redacted, canonical)."""
+        path, _, raw_query = full_path.partition("?")
+        query = self.redactor.query(raw_query)
+        # A body over MAX_BODY was never stored nor redacted: its stand-in is compared.
+        big = body is not None and len(body) > MAX_BODY
+        return self._canonical(method, host, path, query, body if big else self.redactor.body(body))
+
+    def key(self, method: str, host: str, full_path: str, body: bytes | None) -> str:
+        """What a request is matched by: requests with the same key get the same recordings."""
+        return fingerprint(self._request(method, host, full_path, body))
+
+    def recordings(self, key: str) -> int:
+        """How many recordings of requests with this key are indexed, replayable or not."""
+        with self._lock:
+            return sum(len(d.get(key, ())) for d in (self._by_fp, self._cut_by_fp, self._own_bad))
 
     def _candidates(self, method: str, path: str) -> list[_Entry]:  # with the lock held
         """The recordings a miss is compared with: the same endpoint's first, at most

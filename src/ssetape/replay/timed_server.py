@@ -18,10 +18,12 @@ import asyncio
 import hmac
 import os
 import sys
+from typing import Any
 
 from ssetape.replay.faults import Faults
-from ssetape.replay.http_server import HttpServer, error_response
+from ssetape.replay.http_server import HttpServer
 from ssetape.replay.player import Player
+from ssetape.replay.responder import ResponseWriter, error_response
 from ssetape.storage.store import Store, StoreError
 from ssetape.vocabulary import Header
 
@@ -39,7 +41,7 @@ class TimedServer:
 
     async def respond(
         self,
-        writer: asyncio.StreamWriter,
+        out: ResponseWriter[Any],
         request_line: list[bytes],
         headers: dict[bytes, bytes],
         body: bytes,
@@ -48,21 +50,21 @@ class TimedServer:
         """Serve one request re-targeted by the proxy (offset zero is when the proxy had it,
         not ``at``); False to close the connection."""
         if not hmac.compare_digest(headers.get(Header.TOKEN.raw, b""), self.token):
-            error_response(writer, 403, "ssetape timed server: not the proxy's request")
+            error_response(out, 403, "ssetape timed server: not the proxy's request")
             return True
         try:
             xid = int(headers[Header.EXCHANGE.raw])
             t0 = float(headers[Header.T0.raw])
             speed = float(headers.get(Header.SPEED.raw, b"1"))
         except (KeyError, ValueError) as e:
-            error_response(writer, 500, f"ssetape timed server: bad replay request: {e}")
+            error_response(out, 500, f"ssetape timed server: bad replay request: {e}")
             return True
         gaps = headers.get(Header.GAPS.raw) == b"serve"
         target = request_line[1].decode("latin-1") if len(request_line) > 1 else "/"
         if self.faults and (refusal := self.faults.refusal(target)) is not None:
-            writer.write(refusal)
+            out.send(refusal)
             return True
-        return await self.player.play_recording(writer, request_line[0], xid, t0, speed, gaps)
+        return await self.player.play_recording(out, request_line[0], xid, t0, speed, gaps)
 
 
 async def serve(db: str, host: str, port: int) -> None:

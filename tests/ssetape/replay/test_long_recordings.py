@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -14,6 +15,7 @@ from sqlalchemy import update
 from bench.tapes import build_stream
 from ssetape.replay.http_server import HttpServer
 from ssetape.replay.player import LAZY_ROWS, PLAY_PAGE, Player
+from ssetape.replay.responder import ResponseWriter
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
 
@@ -51,8 +53,8 @@ async def replay(player: Player, xid: int, speed: float, pause: float = 0) -> tu
     """The whole response to a client that reads its first bytes, then nothing for ``pause``
     seconds; and how many pages the player had read by the end of the pause."""
 
-    async def respond(writer: asyncio.StreamWriter, line: list[bytes], *_: object) -> bool:
-        return await player.play_recording(writer, line[0], xid, time.monotonic(), speed)
+    async def respond(out: ResponseWriter[Any], line: list[bytes], *_: object) -> bool:
+        return await player.play_recording(out, line[0], xid, time.monotonic(), speed)
 
     server = HttpServer(respond)
     port = await server.start("127.0.0.1", 0)

@@ -10,13 +10,15 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ssetape.matching import placeholder
 from ssetape.replay.http_server import HttpServer, read_body
 from ssetape.replay.player import Player
-from ssetape.replay.responder import Responder
+from ssetape.replay.responder import Responder, ResponseWriter
+from ssetape.replay.response_parts import END, Head
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 from ssetape.vocabulary import MAX_BODY
@@ -48,8 +50,8 @@ async def replay(player: Player, xid: int, speed: float, late: float) -> list[tu
     handled its offset zero was (the proxy measured it)."""
     t0 = time.monotonic() - late
 
-    async def respond(writer: asyncio.StreamWriter, line: list[bytes], *_: object) -> bool:
-        return await player.play_recording(writer, line[0], xid, t0, speed)
+    async def respond(out: ResponseWriter[Any], line: list[bytes], *_: object) -> bool:
+        return await player.play_recording(out, line[0], xid, t0, speed)
 
     server = HttpServer(respond)
     port = await server.start("127.0.0.1", 0)
@@ -141,13 +143,13 @@ def timed_responder(
     """A responder that notes how long after its offset zero each request is served, and
     runs ``first`` before answering the first one."""
 
-    async def respond(writer: asyncio.StreamWriter, *args: object) -> bool:
+    async def respond(out: ResponseWriter[Any], *args: object) -> bool:
         at = args[-1]
         assert isinstance(at, float)
         waited.append(time.monotonic() - at)
         if len(waited) == 1:
             await first()
-        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        out.send((Head(204, b"No Content"), END))
         return keep
 
     return respond

@@ -1,7 +1,7 @@
 """Forward-mode tunnels of the direct replay server, in process: CONNECT, TLS with leaf
 certificates from the confdir's CA, then HTTP/1.1 or HTTP/2 as the client chooses. The
-responder writes HTTP/1.1, as the player does; the HTTP/2 side must carry it whole, within
-the client's flow-control window, and end a cut response as a cut."""
+responder answers in typed parts, as the player does; each side must carry them whole (HTTP/2
+within the client's flow-control window), and end a cut response as a cut."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,13 +21,19 @@ import pytest
 from ssetape.replay.admission import Admission
 from ssetape.replay.http_server import HttpServer
 from ssetape.replay.leaf_certificates import LeafCertificates
+from ssetape.replay.responder import ResponseWriter
+from ssetape.replay.response_parts import END, Body, Head, Part
 
 SERVERS: dict[str, HttpServer] = {}
 BIG = bytes(range(256)) * 1200  # 300 KiB: several times HTTP/2's initial window (64 KiB)
 
 
+def sized(body: bytes) -> tuple[Part, ...]:
+    return Head(200, b"OK", ((b"content-length", b"%d" % len(body)),)), Body(0, body), END
+
+
 async def respond(
-    writer: asyncio.StreamWriter,
+    out: ResponseWriter[Any],
     line: list[bytes],
     headers: dict[bytes, bytes],
     body: bytes,
@@ -35,24 +42,23 @@ async def respond(
     """What a replay server writes, chosen by path; the request line is echoed back."""
     path = line[1].split(b"/", 3)[-1]
     if path == b"big":
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(BIG) + BIG)
+        out.send(sized(BIG))
     elif path == b"chunked":
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                     b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n")  # fmt: skip
+        fields = ((b"content-type", b"text/event-stream"), (b"connection", b"keep-alive"))
+        out.send((Head(200, b"OK", fields, chunked=True),))
         for i in range(3):
             await asyncio.sleep(0.01)
-            data = b"data: %d\n\n" % i
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-        writer.write(b"0\r\n\r\n")
+            out.send((Body(0, b"data: %d\n\n" % i),))
+        out.send((END,))
     elif path == b"cut":
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
-        await writer.drain()
-        writer.transport.abort()  # the recording ended here
+        out.send((Head(200, b"OK", chunked=True), Body(0, b"hello")))
+        await out.drain()
+        out.abort()  # the recording ended here
         return False
     else:
         echo = b" ".join(line) + b" " + headers.get(b"host", b"") + b" " + body
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(echo), echo))
-    await writer.drain()
+        out.send(sized(echo))
+    await out.drain()
     return True
 
 
