@@ -1,0 +1,118 @@
+"""mitmproxy addon that records WebSocket sessions: each message as an event of its exchange.
+
+The recorder stores a session's upgrade (its request and 101) as any exchange; this addon,
+loaded just before it, keeps that exchange open past the 101 (mitmproxy's ``response`` hook
+would end it there), hands every message to the recording process as it is relayed (who sent
+it, text or binary, its exact payload, its offset from the upgrade request) and ends the
+exchange with the session: closed by the client, closed by the server (with its code and
+reason), or cut (the TCP connection closed without a close frame).
+
+mitmproxy keeps every message of a session in ``flow.websocket.messages``: each is dropped
+once handed over, so a session of hours holds no more than its last message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mitmproxy import http
+
+from ssetape.addons.recorder import META, Recorder
+from ssetape.analysis.session_rules import close_note
+from ssetape.recording import clock
+from ssetape.recording.link import RecordLink
+from ssetape.recording.ws_link import hand_message
+from ssetape.vocabulary import Direction, ExchangeState, Opcode, Transport
+
+__all__ = ["SESSION_META", "WebSockets", "ending"]
+
+log = logging.getLogger("ssetape.recorder")
+
+SESSION_META = "ssetape_websocket"  # flow.metadata: the recorder's entry, moved here
+NORMAL = frozenset({1000, 1001})  # closes that end a session as planned (RFC 6455 7.4.1)
+ABNORMAL = 1006  # what mitmproxy (wsproto) reports when TCP closed with no close frame
+STOPPED = "recorder stopped before the WebSocket session ended"
+
+
+def ending(by_client: bool | None, code: int | None, reason: str | None) -> tuple[str, str | None]:
+    """The exchange's state and error text for a session that ended so."""
+    if code == ABNORMAL or code is None:
+        who = "client" if by_client else "server"
+        cut = f"the {who} closed the connection without a WebSocket close frame"
+        return (ExchangeState.ABORTED if by_client else ExchangeState.TRUNCATED), cut
+    if by_client or code in NORMAL:
+        return ExchangeState.COMPLETED, None
+    return ExchangeState.COMPLETED, close_note(code, reason)
+
+
+class WebSockets:
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        # Sessions being recorded, by uid: their flow and the link they began on (a new
+        # store mid-session gets none of the rest: its recording process never saw it begin).
+        self.open: dict[str, tuple[http.HTTPFlow, RecordLink]] = {}
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """Before the recorder's: a 101 that mitmproxy upgrades stays open (``flow.websocket``
+        is set before this hook exactly so that addons can tell)."""
+        link = self.recorder.link
+        if flow.websocket is None or link is None or META not in flow.metadata:
+            return
+        meta: dict[str, Any] = flow.metadata.pop(META)
+        flow.metadata[SESSION_META] = meta
+        self.open[meta["uid"]] = (flow, link)
+        link.update(meta["uid"], {"transport": Transport.WEBSOCKET})
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        meta = flow.metadata.get(SESSION_META)
+        ws = flow.websocket
+        if meta is None or ws is None or not ws.messages:
+            return
+        message = ws.messages[-1]
+        link = self._link(meta["uid"])
+        if link is not None:
+            try:
+                hand_message(
+                    link,
+                    meta["uid"],
+                    clock.since(meta["t0"]),
+                    Direction.CLIENT if message.from_client else Direction.SERVER,
+                    Opcode.TEXT if message.is_text else Opcode.BINARY,
+                    message.content,
+                )
+            except Exception:  # never let a recording bug touch the traffic
+                log.exception("ssetape: cannot record a WebSocket message; traffic continues")
+        # The layer relays ``message`` itself, not the list: the last one stays for the
+        # addons after this one, the rest would only grow with the session.
+        del ws.messages[:-1]
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        ws = flow.websocket
+        if ws is None:
+            return
+        state, error = ending(ws.closed_by_client, ws.close_code, ws.close_reason)
+        self._finish(flow, state, error)
+
+    def done(self) -> None:
+        """Before the recorder's: sessions still open end as interrupted while its link
+        still takes them."""
+        for flow, _ in list(self.open.values()):
+            self._finish(flow, ExchangeState.INTERRUPTED, STOPPED)
+
+    def _link(self, uid: str) -> RecordLink | None:
+        got = self.open.get(uid)
+        return got[1] if got is not None and got[1] is self.recorder.link else None
+
+    def _finish(self, flow: http.HTTPFlow, state: str, error: str | None) -> None:
+        meta = flow.metadata.pop(SESSION_META, None)
+        if meta is None:
+            return
+        uid = meta["uid"]
+        link = self._link(uid)
+        self.open.pop(uid, None)
+        self.recorder.inflight.pop(uid, None)
+        if link is None:
+            return
+        now = clock.since(meta["t0"])
+        link.finish(uid, now, {"state": state, "error": error, "duration_us": now})
