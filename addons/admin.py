@@ -2,7 +2,8 @@
 admin address of their own (``ssetape_admin``, ``ssetape record --admin HOST:PORT``).
 
 ``/healthz``: the proxy's event loop answers, its recording process is alive and takes what
-it is handed. ``/readyz``: that, and the proxy is accepting (not starting, not stopping),
+it is handed. ``/readyz``: that, and the proxy is accepting (not starting, not draining
+the exchanges in flight at a SIGTERM (``addons.drain``), not stopping),
 the recording process has its store open and is not failing to write, and the link to it has
 room (``recording.health`` says how each is told). 200 when every check passes, else 503;
 both with a JSON body naming each check, whether it passed and its state.
@@ -12,6 +13,12 @@ never on the proxy's event loop; asking the loop whether it answers waits at mos
 :data:`LOOP_WAIT` seconds, on the asking thread. Add it after the recorder: while the
 recorder stores what is left at the end, ``/readyz`` says it is stopping; the server stops
 after that.
+
+One small server for an operator to open: ``/metrics`` (``addons.metrics``, ``ssetape
+record --metrics HOST:PORT``) is served beside them. It listens at each address an option
+names: ``--admin`` and ``--metrics`` at one address share one listener, ``--metrics`` alone
+serves the health checks there too, and two addresses are two listeners of the same server,
+each answering all three paths.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,6 +36,7 @@ import orjson
 from mitmproxy import ctx, exceptions
 from mitmproxy.addonmanager import Loader
 
+from ssetape.addons.drain import Drain
 from ssetape.addons.recorder import Recorder
 from ssetape.recording.health import Check, Health
 
@@ -66,6 +76,13 @@ class _Server(ThreadingHTTPServer):
     def service_actions(self) -> None:  # on the serving thread, every poll interval
         self.admin.sample()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # HAProxy's health check resets its connection once it has read the status line:
+        # the answer's body then meets a reset. Not worth a traceback every few seconds.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
@@ -73,8 +90,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.partition("?")[0]
+        route = self.server.admin.routes.get(path)
+        if route is not None:  # /metrics (addons.metrics)
+            self._send(200, *route(self.headers.get("Accept", "")))
+            return
         if path not in ("/healthz", "/readyz"):
-            self._answer(404, {"error": "not found: /healthz or /readyz"})
+            served = ", ".join(["/healthz", "/readyz", *self.server.admin.routes])
+            self._answer(404, {"error": f"not found: {served}"})
             return
         checks = self.server.admin.checks(ready=path == "/readyz")
         ok = all(c.ok for c in checks)
@@ -88,9 +110,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def _answer(self, status: int, body: dict[str, Any]) -> None:
-        data = orjson.dumps(body) + b"\n"
+        self._send(status, orjson.dumps(body) + b"\n", "application/json")
+
+    def _send(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
@@ -111,12 +135,17 @@ def _stop(server: _Server | None, thread: threading.Thread | None) -> None:
 
 
 class Admin:
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, drain: Drain | None = None) -> None:
         self.recorder = recorder
+        self.drain = drain
         self.health = Health()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._address = ""
+        # Further paths and what answers them (Accept header -> body, content type): the
+        # metrics' /metrics (addons.metrics), served at every address.
+        self.routes: dict[str, Callable[[str], tuple[bytes, str]]] = {}
+        # The address each option asks for (ssetape_admin, ssetape_metrics), and a server
+        # per address: two options naming one address share it.
+        self._wanted: dict[str, str] = {}
+        self._servers: dict[str, tuple[_Server, threading.Thread]] = {}
         self._recording = True  # ssetape_record, read on the loop for the serving thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -132,45 +161,55 @@ class Admin:
 
     @property
     def url(self) -> str | None:
-        """Where it listens (the port chosen, for port 0), while it does."""
-        server = self._server
-        if server is None:
+        """Where it answers /healthz (the port chosen, for port 0), while it does."""
+        return self.url_for("ssetape_admin") or self.url_for("ssetape_metrics")
+
+    def url_for(self, option: str) -> str | None:
+        """Where it listens for ``option``'s address, while it does."""
+        got = self._servers.get(self._wanted.get(option, ""))
+        if got is None:
             return None
-        host, port = str(server.server_address[0]), int(server.server_address[1])
+        host, port = str(got[0].server_address[0]), int(got[0].server_address[1])
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}"
 
     def configure(self, updated: set[str]) -> None:
         if "ssetape_record" in ctx.options:
             self._recording = ctx.options.ssetape_record
-        if "ssetape_admin" not in updated or ctx.options.ssetape_admin == self._address:
+        if "ssetape_admin" in updated:
+            self.listen("ssetape_admin", ctx.options.ssetape_admin)
+
+    def listen(self, option: str, value: str) -> None:
+        """Serve at ``value`` (HOST:PORT) for ``option``, "" for no longer; an address
+        another option names already is served by the same server. OptionsError naming
+        ``option`` when it cannot listen there."""
+        value, old = value.strip(), self._wanted.get(option, "")
+        if value == old:
             return
-        value = ctx.options.ssetape_admin.strip()
-        server = None
-        if value:
+        if value and value not in self._servers:
             try:
                 server = _Server(parse_address(value), self)
             except ValueError as e:
-                raise exceptions.OptionsError(f"ssetape_admin: {e}") from None
+                raise exceptions.OptionsError(f"{option}: {e}") from None
             except OSError as e:
                 raise exceptions.OptionsError(
-                    f"ssetape_admin: cannot listen on {value}: {e.strerror}"
+                    f"{option}: cannot listen on {value}: {e.strerror}"
                 ) from None
-        # A change at runtime: the old server stops on a thread of its own (that takes up to
-        # a poll interval), never on the proxy's loop; the new one was bound first, so a bad
-        # address leaves the old one serving.
-        if self._server is not None:
-            old = (self._server, self._thread)
-            threading.Thread(target=_stop, args=old, name="ssetape-admin-stop").start()
-        self._address, self._server, self._thread = ctx.options.ssetape_admin, server, None
-        if server is not None:
-            self._thread = threading.Thread(
+            thread = threading.Thread(
                 target=server.serve_forever,
                 kwargs={"poll_interval": SAMPLE_EVERY},
                 name="ssetape-admin",
                 daemon=True,
             )
-            self._thread.start()
+            thread.start()
+            self._servers[value] = (server, thread)
+        self._wanted[option] = value
+        # A change at runtime: the old server stops on a thread of its own (that takes up to
+        # a poll interval), never on the proxy's loop; the new one was bound first, so a bad
+        # address leaves the old one serving.
+        if old and old not in self._wanted.values():
+            old_server = self._servers.pop(old)
+            threading.Thread(target=_stop, args=old_server, name="ssetape-admin-stop").start()
 
     async def running(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -179,8 +218,9 @@ class Admin:
         """After the recorder's: the proxy has stopped, so does the server (at most a poll
         interval)."""
         self._stopping = True
-        server, thread, self._server, self._thread = self._server, self._thread, None, None
-        _stop(server, thread)
+        servers, self._servers, self._wanted = list(self._servers.values()), {}, {}
+        for server, thread in servers:
+            _stop(server, thread)
 
     # On the server's threads.
 
@@ -194,7 +234,16 @@ class Admin:
         stopping = self._stopping or (self._loop is not None and self._recording and link is None)
         got = [self._proxy(stopping)]
         if ready:
-            state = "stopping" if stopping else "starting" if self._loop is None else "yes"
+            draining = self.drain is not None and self.drain.draining
+            state = (
+                "stopping"
+                if stopping
+                else "draining"
+                if draining
+                else "starting"
+                if self._loop is None
+                else "yes"
+            )
             got.append(Check("accepting", state == "yes", state, ready_only=True))
         if not stopping:
             on = link.health() if link is not None and self._recording else None

@@ -16,7 +16,7 @@ import functools
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import ctx, exceptions, http
@@ -24,10 +24,6 @@ from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.guard import ConnectionGuard
 from ssetape.addons.options import (
-    add_price_data_option,
-    add_retention_options,
-    add_session_option,
-    add_store_options,
     at_least,
     check_target,
     configured_price_data,
@@ -39,6 +35,7 @@ from ssetape.addons.options import (
     store_redactor,
     take_session,
 )
+from ssetape.addons.recorder_options import add_recorder_options
 from ssetape.addons.request_body import (
     body_fields,
     partial_body_fields,
@@ -46,21 +43,17 @@ from ssetape.addons.request_body import (
     tapped,
 )
 from ssetape.addons.response_body import (
-    add_response_body_option,
     is_streamed,
     response_body_fields,
     tap_response,
 )
 from ssetape.analysis.profiles import (
-    DEFAULT_PROFILE,
     parse_profile_overrides,
     profile_for,
-    profile_names,
 )
 from ssetape.framing.framings import framing_of
 from ssetape.recording import clock
 from ssetape.recording.body_tap import BodyTap
-from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
 from ssetape.recording.exit_line import counts_line
 from ssetape.recording.link import RecordLink
 from ssetape.redactor import Redactor
@@ -99,59 +92,13 @@ class Recorder:
         # (something was lost), so `ssetape record` need not print it again.
         self.exit_line: str | None = None
         self.exit_warned = False
+        self.exit_note: str | None = None  # its end, e.g. how a drain went (``addons.drain``)
         self._running = False  # the proxy relays: a store is opened off its event loop
         self._opened_with: tuple[Any, ...] | None = None
         self._reopening: set[asyncio.Task[None]] = set()
 
     def load(self, loader: Loader) -> None:
-        add_store_options(loader)
-        add_session_option(loader)
-        loader.add_option(
-            "ssetape_record",
-            bool,
-            True,
-            "Record exchanges that pass through the proxy (off: pass traffic through untouched).",
-        )
-        loader.add_option(
-            "ssetape_store_timeout",
-            str,
-            "5",
-            "Seconds a store write may take (a lock wait, a silent database or network) before "
-            "it counts as failed and is retried; what is queued meanwhile is kept up to "
-            "ssetape_max_pending rows.",
-        )
-        add_retention_options(loader)
-        loader.add_option(
-            "ssetape_max_event",
-            int,
-            MAX_EVENT,
-            "Bytes of one SSE event that are kept; a larger one is not stored (the exchange "
-            "says where) and the client still gets every byte.",
-        )
-        loader.add_option(
-            "ssetape_max_decoded",
-            int,
-            MAX_DECODED,
-            "Bytes a content-encoded stream is decoded to for its events; past that only its "
-            "wire bytes are stored (a small compressed body can inflate to gigabytes).",
-        )
-        add_response_body_option(loader)
-        loader.add_option(
-            "ssetape_profile",
-            Sequence[str],
-            [],
-            "HOST=NAME: read this host's streams under that provider profile (one of "
-            f"{', '.join(profile_names())}; '.example.com' names a whole domain). Hosts not "
-            f"named here get the profile that names them, else '{DEFAULT_PROFILE}'.",
-        )
-        add_price_data_option(loader)
-        loader.add_option(
-            "ssetape_max_pending",
-            int,
-            1_000_000,
-            "Rows kept in memory while the store is slow or unavailable; beyond that new "
-            "events are dropped (and counted) instead of growing the proxy's memory.",
-        )
+        add_recorder_options(loader)
 
     async def running(self) -> None:
         self._running = True
@@ -408,11 +355,11 @@ class Recorder:
         self.link.finish(uid, now, fields)
 
     def done(self) -> None:
-        self._interrupt(STOPPED)
+        self.interrupt(STOPPED)
         link, store, self.link, self.store = self.link, self.store, None, None
         self._close(link, store, last=True)
 
-    def _interrupt(self, why: str) -> None:
+    def interrupt(self, why: str) -> None:
         """End the exchanges in flight as interrupted; the rest of their streams passes
         through as it is (mitmproxy may relay more chunks), not into a closed capture."""
         for flow in list(self.inflight.values()):
@@ -425,7 +372,7 @@ class Recorder:
         in a thread of its own (that can take seconds), never on the event loop."""
         if self.link is None:
             return
-        self._interrupt(MOVED)
+        self.interrupt(MOVED)
         link, store, self.link, self.store = self.link, self.store, None, None
         link.detach()
         # Not a daemon: the proxy waits for it at exit, so nothing handed over is lost.
@@ -435,7 +382,7 @@ class Recorder:
 
     def _close(self, link: RecordLink | None, store: Store | None, *, last: bool) -> None:
         if link is not None:
-            line, warned = counts_line(link.close(), link)
+            line, warned = counts_line(link.close(), link, self.exit_note if last else None)
             if line is not None:
                 log.log(logging.WARNING if warned else logging.INFO, line)
             if last:  # the exit line is the session's last store's
