@@ -18,6 +18,10 @@ into ``interrupted`` once that recorder is known to be gone. The rule, for a rec
   (clocks of a fleet are assumed within a minute of each other, as NTP keeps them).
 
 Otherwise its rows are left alone: a recorder never marks rows of one that may be alive.
+One that is not gone but whose row has had no heartbeat for ``STALL_AFTER`` seconds is
+``stalled`` (its reporter saves every 2 s: the process is frozen, stopped, or its store takes
+none of its writes); unlike ``gone``, nothing is done about it, so a tighter clock between
+hosts is assumed (NTP keeps them within milliseconds).
 If the rule is wrong anyway (a recorder on another host cut off from the store for longer
 than ``STALE_AFTER``, or two containers with the same hostname and separate pid
 namespaces), the damage undoes itself: the live recorder's own finish sets the state.
@@ -42,11 +46,14 @@ from ssetape.recorder_id import RecorderId
 from ssetape.storage.engine import check_writable, one_line
 from ssetape.storage.models import Exchange, RecorderRun
 from ssetape.storage.store import Store
-from ssetape.vocabulary import ExchangeState
+from ssetape.vocabulary import ExchangeState, Fault, RunState
 
 log = logging.getLogger("ssetape.storage")
 
 STALE_AFTER = 120.0  # seconds without a heartbeat before another host's recorder is gone
+# Seconds a recorder alive makes no progress before it is stalled: no heartbeat in its run row
+# (`stats --runs`), or its pipe not taking what waits (recording.health, its log lines).
+STALL_AFTER = 15.0
 # Also what a clean stop leaves when the store did not answer in time to take the ends.
 INTERRUPTED = (
     "recorder gone before the exchange was stored whole (a crash, a kill, or a store that did "
@@ -117,11 +124,13 @@ class Runs:
         stopped_at: dt.datetime | None = None,
         now: dt.datetime | None = None,
         keep_stored: bool = False,
+        name: str | None = None,
     ) -> None:
         """Create or update one recorder's row (an upsert: safe to repeat after a failure).
 
         ``keep_stored``: a row that exists keeps its stored counts, which its recorder's
-        commits write (:meth:`count_stored`): they are exact, these may be late."""
+        commits write (:meth:`count_stored`): they are exact, these may be late. ``name``:
+        its instance's; None leaves the row's as it is."""
         values: dict[str, Any] = {
             "recorder": recorder,
             "started_at": started_at,
@@ -130,6 +139,8 @@ class Runs:
             # Its own fields only: a recording process's counts (a subclass) say more.
             **{f.name: getattr(counts, f.name) for f in dataclasses.fields(RunCounts)},
         }
+        if name is not None:
+            values["name"] = name
         fixed = ("recorder", "started_at", *(_STORED if keep_stored else ()))
         changed = {k: v for k, v in values.items() if k not in fixed}
         if self.store.path is not None:
@@ -166,11 +177,16 @@ class Runs:
         with self.store.Session() as s:
             return list(s.scalars(select(RecorderRun).order_by(RecorderRun.started_at)))
 
-    def status(self, run: RecorderRun, now: dt.datetime | None = None) -> str:
-        """``stopped`` (exited cleanly), ``running``, or ``gone`` (died, or silent for long)."""
+    def status(self, run: RecorderRun, now: dt.datetime | None = None) -> RunState:
+        """``stopped`` (exited cleanly), ``gone`` (died, or silent for long), ``stalled``
+        (alive, no heartbeat for STALL_AFTER seconds) or ``running``."""
         if run.stopped_at is not None:
-            return "stopped"
-        return "gone" if self.gone(run.recorder, run.updated_at, now=now) else "running"
+            return RunState.STOPPED
+        now = now or dt.datetime.now(dt.UTC)
+        if self.gone(run.recorder, run.updated_at, now=now):
+            return RunState.GONE
+        silent = (now - run.updated_at).total_seconds()
+        return RunState.STALLED if silent > STALL_AFTER else RunState.RUNNING
 
     def gone(
         self,
@@ -221,8 +237,11 @@ class Runs:
             conn.execute(
                 update(Exchange).where(*mine, Exchange.error.is_(None)).values(error=INTERRUPTED)
             )
+            # Its recorder's doing, not the provider's (vocabulary.Fault).
             changed = conn.execute(
-                update(Exchange).where(*mine).values(state=ExchangeState.INTERRUPTED)
+                update(Exchange)
+                .where(*mine)
+                .values(state=ExchangeState.INTERRUPTED, fault=Fault.SSETAPE)
             )
         return int(changed.rowcount)
 
@@ -231,8 +250,8 @@ class Runs:
 
         Keys: ``exchanges_recorded``, ``events_recorded``, ``exchanges_lost``,
         ``events_lost``, ``store_errors`` (ints) and ``runs`` (one dict per run, oldest
-        first, with those counters, ``recorder``, ``status``, ``started_at``,
-        ``updated_at``, ``stopped_at`` and ``last_error``).
+        first, with those counters, ``recorder``, ``name``, ``host``, ``status``,
+        ``started_at``, ``updated_at``, ``stopped_at`` and ``last_error``).
         """
         now = dt.datetime.now(dt.UTC)
         runs: list[dict[str, Any]] = []
@@ -240,6 +259,8 @@ class Runs:
         for run in self.all():
             row = {c.key: getattr(run, c.key) for c in _RUNS.columns}
             row["status"] = self.status(run, now)
+            rid = RecorderId.parse(run.recorder)
+            row["host"] = rid.host if rid is not None else None
             runs.append(row)
             for key in _COUNTERS:
                 sums[key] += row[key]
@@ -262,9 +283,11 @@ class RunReporter:
         *,
         interval: float = 2.0,
         sweep_every: float = 60.0,
+        name: str | None = None,
     ) -> None:
         self.runs = runs
         self.recorder = recorder
+        self.name = name  # its instance's (it may be told later: the port the proxy chose)
         self.started_at = dt.datetime.now(dt.UTC)
         self.saved = False  # the last save worked
         self.last_failure: str | None = None
@@ -332,8 +355,9 @@ class RunReporter:
         try:
             counts = self._counts()
             self.runs.save(
-                self.recorder, self.started_at, counts, stopped_at=stopped_at, keep_stored=True
-            )
+                self.recorder, self.started_at, counts, stopped_at=stopped_at, keep_stored=True,
+                name=self.name,
+            )  # fmt: skip
         except Exception as exc:
             self.saved = False
             self.last_failure = one_line(exc)
