@@ -15,6 +15,7 @@ from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import GROUP_BY, Queries
 from ssetape.storage.store import Store
+from ssetape.vocabulary import Fault, fault_choices
 
 OUTCOMES = [None, "completed", "truncated", "error_event", "refused", "no_response"]
 STATES = ["completed", "completed", "reset", "upstream_error", "recording"]
@@ -32,6 +33,8 @@ def filled(store: Store, exchange_fields: Callable[..., dict[str, Any]]) -> Stor
                     uid=f"{n:032d}",
                     state=rng.choice(STATES),
                     outcome=rng.choice(OUTCOMES),
+                    # None as well: a row stored before faults were, counted by its state.
+                    fault=rng.choice([None, *Fault]),
                     status=rng.choice([None, 200, 200, 429, 500]),
                     ttfb_us=rng.choice([None, rng.randrange(1, 2_000_000)]),
                     ttft_us=rng.choice([None, rng.randrange(1, 5_000_000)]),
@@ -65,7 +68,8 @@ def test_the_database_adds_up_what_python_adds_up(filled: Store, by: str | None)
                   for t in queries.stat_totals(by, flt)}  # fmt: skip
         assert sorted(server) == sorted(python), flt
         for name, t in server.items():
-            assert _doc(name, t) == _doc(name, python[name]), (by, name)
+            for fault in fault_choices():  # each selection of whose failures count
+                assert _doc(name, t, fault) == _doc(name, python[name], fault), (by, name, fault)
             assert t.ttft_sum == python[name].ttft_sum
     shown = Stats(filled).groups(by, ExchangeFilter())
     assert sum(g["count"] for g in shown) == 400
