@@ -42,7 +42,7 @@ from sqlalchemy import (
 from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.models import Exchange
 from ssetape.storage.store import Store
-from ssetape.storage.text_index import TABLE, TextIndex
+from ssetape.storage.text_index import COLUMNS, TABLE, TextIndex
 
 __all__ = ["Narrowing"]
 
@@ -59,7 +59,7 @@ MODELS = 10_000
 IN_LIMIT = 500
 
 # The text index's FTS5 table (see storage.text_index), as the probes read it.
-_text = table(TABLE, column("rowid"), column("output_text"), column("path"))
+_text = table(TABLE, column("rowid"), *(column(c) for c in COLUMNS))
 
 # SQLite's LIKE folds ASCII letters only.
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -152,10 +152,7 @@ class Narrowing:
         once, unless not ``distinct``). The pattern has no ESCAPE: FTS5 reads its index only
         for a plain LIKE, one column at a time (so a union, not an OR)."""
         pattern = f"%{text}%"
-        parts = (
-            select(_text.c.rowid).where(_text.c.output_text.like(pattern)),
-            select(_text.c.rowid).where(_text.c.path.like(pattern)),
-        )
+        parts = [select(_text.c.rowid).where(_text.c[name].like(pattern)) for name in COLUMNS]
         return union(*parts) if distinct else union_all(*parts)
 
     def _has_text_index(self) -> bool:

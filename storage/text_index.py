@@ -1,8 +1,9 @@
-"""SQLite's index of `--grep`: an FTS5 trigram table over exchanges' output text and path.
+"""SQLite's index of `--grep`: an FTS5 trigram table over exchanges' output text, path and
+request text (the prompt, migration 0015).
 
 PostgreSQL indexes `--grep` with ``pg_trgm`` (migration 0011). SQLite's ``LIKE '%word%'``
 can use no B-tree index, so a word no exchange holds read every exchange (1.8 s a million).
-FTS5's trigram tokenizer (SQLite 3.34+) indexes every three characters of both columns and
+FTS5's trigram tokenizer (SQLite 3.34+) indexes every three characters of each column and
 answers a plain ``LIKE`` from that index (``storage.narrowing`` asks it). The table holds no
 copy of the text (``content='exchanges'``) and no positions (``detail=none``): the query
 checks every row it returns with the filter's own ``LIKE``.
@@ -15,7 +16,10 @@ every exchange there. Where they can run again, the next open puts them back and
 the index.
 
 A later migration that rebuilds ``exchanges`` (Alembic's batch mode on SQLite) drops these
-triggers with the old table: it must call :meth:`TextIndex.create` after.
+triggers with the old table: it must call :meth:`TextIndex.create` after. One that changes
+the columns indexed drops the table and makes it anew; a store it could not do that for (its
+SQLite had no FTS5: the table cannot be dropped without it) keeps the old table, which
+readers do not ask, and the first open by a SQLite that can makes it anew.
 """
 
 from __future__ import annotations
@@ -31,19 +35,29 @@ __all__ = ["TextIndex"]
 log = logging.getLogger("ssetape.storage")
 
 TABLE = "exchanges_text"
-_COLUMNS = "output_text, path"
-_NEW = f"INSERT INTO {TABLE}(rowid, {_COLUMNS}) VALUES (new.id, new.output_text, new.path)"
-_OLD = (
-    f"INSERT INTO {TABLE}({TABLE}, rowid, {_COLUMNS}) "
-    "VALUES ('delete', old.id, old.output_text, old.path)"
-)
-TRIGGERS = {
-    f"{TABLE}_ai": f"AFTER INSERT ON exchanges BEGIN {_NEW}; END",
-    f"{TABLE}_ad": f"AFTER DELETE ON exchanges BEGIN {_OLD}; END",
-    # Only when either column is written: the recorder updates an exchange's other columns
-    # many times, its text once, at the end.
-    f"{TABLE}_au": f"AFTER UPDATE OF {_COLUMNS} ON exchanges BEGIN {_OLD}; {_NEW}; END",
-}
+COLUMNS = ("output_text", "path", "request_text")
+# What migration 0012 indexed, before 0015 added the request's text: 0012 makes this (the
+# exchanges it rebuilds from have no request_text yet), and 0015's downgrade makes it again.
+COLUMNS_0012 = ("output_text", "path")
+
+
+def triggers(columns: tuple[str, ...] = COLUMNS) -> dict[str, str]:
+    """The triggers that keep an index of ``columns`` current, by name."""
+    names = ", ".join(columns)
+    new = ", ".join(f"new.{c}" for c in columns)
+    old = ", ".join(f"old.{c}" for c in columns)
+    insert = f"INSERT INTO {TABLE}(rowid, {names}) VALUES (new.id, {new})"
+    delete = f"INSERT INTO {TABLE}({TABLE}, rowid, {names}) VALUES ('delete', old.id, {old})"
+    return {
+        f"{TABLE}_ai": f"AFTER INSERT ON exchanges BEGIN {insert}; END",
+        f"{TABLE}_ad": f"AFTER DELETE ON exchanges BEGIN {delete}; END",
+        # Only when an indexed column is written: the recorder updates an exchange's other
+        # columns many times, its texts once, at the end (its analysis).
+        f"{TABLE}_au": f"AFTER UPDATE OF {names} ON exchanges BEGIN {delete}; {insert}; END",
+    }
+
+
+TRIGGERS = triggers()
 
 
 # What SQLite says when it lacks FTS5 or its trigram tokenizer (another error, a busy or
@@ -55,17 +69,22 @@ def _why(e: DBAPIError) -> str:
     return str(e.orig).splitlines()[0] if e.orig is not None else str(e)
 
 
+def _current(sql: str | None) -> bool:
+    """Whether the table ``sql`` made indexes the columns readers ask it for (COLUMNS)."""
+    return sql is not None and f"fts5({', '.join(COLUMNS)}," in sql
+
+
 class TextIndex:
     """Making, checking and mending a SQLite store's text index (see the module's text)."""
 
     @staticmethod
-    def create(conn: Connection) -> bool:
-        """Make the table and its triggers and index what the store holds; False (and one
-        warning) when this SQLite cannot."""
+    def create(conn: Connection, columns: tuple[str, ...] = COLUMNS) -> bool:
+        """Make the table of ``columns`` and its triggers and index what the store holds;
+        False (and one warning) when this SQLite cannot."""
         try:
             with conn.begin_nested():
                 conn.exec_driver_sql(
-                    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5({_COLUMNS}, "
+                    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5({', '.join(columns)}, "
                     "content='exchanges', content_rowid='id', tokenize='trigram', detail=none)"
                 )
         except DBAPIError as e:
@@ -76,17 +95,37 @@ class TextIndex:
                 _why(e),
             )
             return False
-        TextIndex._triggers(conn)
+        for name, body in triggers(columns).items():
+            conn.exec_driver_sql(f"CREATE TRIGGER IF NOT EXISTS {name} {body}")
         # A minute or so for a million exchanges with long texts (BENCHMARKS.md).
         conn.exec_driver_sql(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
         return True
 
     @staticmethod
+    def drop(conn: Connection) -> bool:
+        """Drop the triggers and the table; whether the table is gone (a SQLite without FTS5
+        cannot drop it, and leaves it: it is read by nobody, and written by no trigger)."""
+        for name in TRIGGERS:
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {TABLE}")
+        except DBAPIError as e:
+            if not any(m in _why(e) for m in _UNABLE):
+                raise
+            return False
+        return True
+
+    @staticmethod
     def ready(conn: Connection) -> bool:
-        """Whether a reader may ask the index: the table and its triggers are there (so it
-        holds every exchange) and this SQLite can read it."""
-        names = TextIndex._names(conn)
-        return names >= {TABLE, *TRIGGERS} and TextIndex._usable(conn, table=True) is True
+        """Whether a reader may ask the index: the table of today's columns and its triggers
+        are there (so it holds every exchange) and this SQLite can read it."""
+        schema = TextIndex._schema(conn)
+        return (
+            schema.keys() >= {TABLE, *TRIGGERS}
+            and _current(schema[TABLE])
+            and TextIndex._usable(conn, table=True) is True
+        )
 
     @staticmethod
     def keep_at_open(engine: Engine, writing_engine: Engine) -> None:
@@ -117,22 +156,26 @@ class TextIndex:
         - its triggers dropped where this SQLite cannot run them (every insert would fail);
         - put back, and the index rebuilt, where it can again;
         - made, where the store was made by a SQLite that could not (migration 0012 made
-          nothing) and this one can.
+          nothing) and this one can;
+        - made anew, where it indexes other columns than today's (migration 0015 could not
+          drop the old table) and this SQLite can.
         """
-        names = TextIndex._names(conn)
+        schema = TextIndex._schema(conn)
+        names = set(schema)
         usable = TextIndex._usable(conn, table=TABLE in names)
         if usable is None:
             return False  # an error that says nothing of the library: leave it be
-        triggers = names & set(TRIGGERS)
-        if TABLE not in names:
+        present = names & set(TRIGGERS)
+        if TABLE not in names or (usable and not _current(schema[TABLE])):
             if not usable:
                 return False
             if mend:
                 log.warning("ssetape: building the store's text index (--grep)")
+                TextIndex.drop(conn)
                 TextIndex.create(conn)
             return True
         if not usable:
-            if not triggers:
+            if not present:
                 return False  # dropped already
             if mend:
                 for name in TRIGGERS:
@@ -143,7 +186,7 @@ class TextIndex:
                     sqlite3.sqlite_version,
                 )
             return True
-        if triggers == set(TRIGGERS):
+        if present == set(TRIGGERS):
             return False
         if mend:
             log.warning("ssetape: rebuilding the store's text index (--grep)")
@@ -152,13 +195,14 @@ class TextIndex:
         return True
 
     @staticmethod
-    def _names(conn: Connection) -> set[str]:
+    def _schema(conn: Connection) -> dict[str, str | None]:
+        """The table and the triggers the store has, each with the SQL that made it."""
         wanted = (TABLE, *TRIGGERS)
         marks = ", ".join("?" * len(wanted))
         found = conn.exec_driver_sql(
-            f"SELECT name FROM sqlite_master WHERE name IN ({marks})", wanted
+            f"SELECT name, sql FROM sqlite_master WHERE name IN ({marks})", wanted
         )
-        return {row[0] for row in found}
+        return {row[0]: row[1] for row in found}
 
     @staticmethod
     def _usable(conn: Connection, *, table: bool) -> bool | None:

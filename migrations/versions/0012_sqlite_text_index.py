@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from ssetape.storage.text_index import TABLE, TRIGGERS, TextIndex
+from ssetape.storage.text_index import COLUMNS_0012, TABLE, TRIGGERS, TextIndex
 
 revision: str = "0012"
 down_revision: str | None = "0011"
@@ -22,7 +22,8 @@ def upgrade() -> None:
     # instead of reading every exchange (storage/text_index.py says how).
     conn = op.get_bind()
     if conn.dialect.name == "sqlite":
-        TextIndex.create(conn)
+        # Its columns then: exchanges has no request_text before 0015.
+        TextIndex.create(conn, COLUMNS_0012)
 
 
 def downgrade() -> None:
