@@ -227,8 +227,9 @@ async def _live_client(url: str, answers: dict[str, int], stop: asyncio.Event) -
         writer.close()
 
 
-def live_viewers(args: argparse.Namespace, db: str) -> None:
-    """The live-viewers run (see the module's text)."""
+def live_viewers(args: argparse.Namespace, db: str) -> tuple[float, list[float], dict[str, int]]:
+    """The live-viewers run (see the module's text): the viewer's peak RSS (MiB), the list
+    page's times (ms) and how the clients were answered (``bench.bench_bounds`` judges them)."""
     t0 = time.perf_counter()
     build(db, args.exchanges, 0)
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=args.exchanges + 120)
@@ -278,6 +279,7 @@ def live_viewers(args: argparse.Namespace, db: str) -> None:
     errors = [line for line in b"".join(viewer.log).decode().splitlines() if line.strip()]
     if errors:
         print("viewer said:", *errors[:5], sep="\n  ")
+    return peak / 1024, took, answers
 
 
 def main() -> int:
