@@ -32,6 +32,7 @@ import httpx
 
 from bench.bench_memory import proxy, ssetape_cmd
 from bench.bench_record import free_port, wait_port
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 BIN = Path(sys.executable).parent
@@ -158,7 +159,7 @@ def run(name: str, cmd: list[str], port: int, tmp: str, mib: int, sha: str) -> R
 
 def stored(db: str) -> str:
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         kept = len(x.response_body or b"")
         whole = "whole" if x.response_body_bytes is None else f"{x.response_body_bytes} B hashed"
     return f"{Path(db).stat().st_size / 2**20:.1f} MiB file; {kept} B kept, {whole}"

@@ -33,6 +33,7 @@ from sqlalchemy import Table, insert
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.mcp_server.server import build
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 BIN = Path(sys.executable).parent
@@ -165,7 +166,7 @@ def main() -> None:
                 t = time.perf_counter()
                 xid = tool_call_stream(store, calls)
                 took = time.perf_counter() - t
-                x = store.exchange(xid)
+                x = Queries(store).exchange(xid)
                 assert x is not None and x.details is not None
                 details = len(orjson.dumps(x.details))
                 total = x.details["tool_calls_total"]

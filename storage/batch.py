@@ -33,6 +33,13 @@ TABLES = {
     CHUNKS_OP: ("chunks", ("seq", "offset_us", "data")),
 }
 
+# An event row as written: a WebSocket message's two more columns (records.MessageRow) follow
+# the event's; an HTTP stream's rows get NULL there (``_event_rows``).
+WRITTEN = {
+    EVENTS_OP: (*TABLES[EVENTS_OP][1], "direction", "opcode"),
+    CHUNKS_OP: TABLES[CHUNKS_OP][1],
+}
+
 
 def fields(payload: dict[str, Any]) -> dict[str, Any]:
     unknown = set(payload) - _COLUMNS
@@ -48,8 +55,21 @@ def _ignore(_: Any) -> None:
 def _clean_event(row: tuple[Any, ...]) -> tuple[Any, ...]:
     # Event rows skip SQLAlchemy's types (see BatchSql), so the models' NUL rule is applied
     # here; exchange fields go through the column types and get it there.
-    seq, offset, event, data, sse_id, raw = row
-    return (seq, offset, no_nul(event), no_nul(data), no_nul(sse_id), raw)
+    seq, offset, event, data, sse_id, raw, *message = row
+    return (seq, offset, no_nul(event), no_nul(data), no_nul(sse_id), raw, *message)
+
+
+def _event_rows(xid: int, rows: list[tuple[Any, ...]], is_sqlite: bool) -> list[tuple[Any, ...]]:
+    """One exchange's event rows in the table's column order. An HTTP stream's rows
+    (``records.EventRow``) have no direction nor opcode: NULL; a WebSocket session's
+    (``records.MessageRow``) have both. One exchange's rows are all of one kind."""
+    if rows and len(rows[0]) == len(WRITTEN[EVENTS_OP]):
+        return (
+            [(xid, *_clean_event(r)) for r in rows] if not is_sqlite else [(xid, *r) for r in rows]
+        )
+    if is_sqlite:
+        return [(xid, *r, None, None) for r in rows]
+    return [(xid, *_clean_event(r), None, None) for r in rows]
 
 
 class BatchSql:
@@ -64,7 +84,8 @@ class BatchSql:
         self.insert = {
             kind: f"INSERT INTO {table} (exchange_id, {', '.join(keys)}) "
             f"VALUES ({', '.join([mark] * (len(keys) + 1))})"
-            for kind, (table, keys) in TABLES.items()
+            for kind, (table, _) in TABLES.items()
+            for keys in [WRITTEN[kind]]
         }
         # A batch repeated after a commit of unknown outcome skips the rows that made it. On
         # PostgreSQL the events' key holds the day they were written (their partition), so a
@@ -72,7 +93,7 @@ class BatchSql:
         # seq) themselves; the statement takes each row's two followed by them again.
         self.careful = {kind: f"{sql} ON CONFLICT DO NOTHING" for kind, sql in self.insert.items()}
         if not is_sqlite:
-            table, keys = TABLES[EVENTS_OP]
+            table, keys = TABLES[EVENTS_OP][0], WRITTEN[EVENTS_OP]
             self.careful[EVENTS_OP] = (
                 f"INSERT INTO {table} (exchange_id, {', '.join(keys)}) "
                 f"SELECT {', '.join([mark] * (len(keys) + 1))} WHERE NOT EXISTS "
@@ -162,8 +183,8 @@ class Batch:
                 if xid is None:
                     self.dropped.append((kind, uid, payload))
                     counts.pop(uid, None)
-                elif kind == EVENTS_OP and not sql.is_sqlite:
-                    self.rows[kind] += [(xid, *_clean_event(r)) for r in payload]
+                elif kind == EVENTS_OP:
+                    self.rows[kind] += _event_rows(xid, payload, sql.is_sqlite)
                 else:
                     self.rows[kind] += [(xid, *r) for r in payload]
             if careful:  # event_count is recounted from the rows: they go first
@@ -211,7 +232,7 @@ def _insert_rows(
         conn.exec_driver_sql(sql.insert[kind], rows)
         return
     # PostgreSQL: COPY is about twice as fast as executemany.
-    table, keys = TABLES[kind]
+    table, keys = TABLES[kind][0], WRITTEN[kind]
     raw: Any = conn.connection.driver_connection
     with (
         raw.cursor() as cur,
@@ -230,7 +251,7 @@ def _insert_rows(
 @functools.cache
 def copy_types(kind: int) -> list[str]:
     """The PostgreSQL types of a COPY's columns, as the models declare them."""
-    table, keys = TABLES[kind]
+    table, keys = TABLES[kind][0], WRITTEN[kind]
     columns = Base.metadata.tables[table].c
     pg = postgresql.dialect()  # type: ignore[no-untyped-call]
     return [columns[k].type.compile(dialect=pg).lower()

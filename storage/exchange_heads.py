@@ -61,7 +61,7 @@ class ExchangeHeads:
         (or the id is one no column holds)."""
         key = id_or_uid
         if isinstance(key, str) and len(key) != 32 and key.isascii() and key.isdigit():
-            key = int(key) if len(key.lstrip("0")) < 20 else 0  # as Store.exchange reads it
+            key = int(key) if len(key.lstrip("0")) < 20 else 0  # as exchange_key reads it
         if isinstance(key, int) and not 0 < key < 2**63:
             return None
         where = Exchange.id == key if isinstance(key, int) else Exchange.uid == key

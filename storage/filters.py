@@ -8,17 +8,27 @@ import datetime as dt
 import re
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, or_
+from sqlalchemy import ColumnElement, Select, and_, case, or_
 
 from ssetape.storage.models import Exchange
-from ssetape.vocabulary import ERROR_OUTCOMES, FAILED, TRANSPORT_ERRORS, parse_outcome
+from ssetape.vocabulary import (
+    ERROR_OUTCOMES,
+    FAILED,
+    TRANSPORT_ERRORS,
+    ExchangeState,
+    Fault,
+    faults_of,
+    parse_outcome,
+)
 
 __all__ = [
     "RANGES",
     "ExchangeFilter",
     "Filters",
     "Picked",
+    "counted_fault_column",
     "failed_clause",
+    "fault_clause",
     "parse_since",
     "parse_span",
 ]
@@ -83,6 +93,28 @@ def failed_clause() -> ColumnElement[bool]:
     )
 
 
+def counted_fault_column() -> ColumnElement[str]:
+    """``vocabulary.counted_fault`` in SQL: the fault a failed exchange counts under (its
+    own; for one stored before faults were, ssetape's if interrupted, else the provider's)."""
+    x = Exchange
+    return case(
+        (x.fault.is_not(None), x.fault),
+        (x.state == ExchangeState.INTERRUPTED, Fault.SSETAPE.value),
+        else_=Fault.PROVIDER.value,
+    )
+
+
+def fault_clause(faults: frozenset[str]) -> ColumnElement[bool]:
+    """The exchanges whose fault is one of ``faults`` (``vocabulary.faults_of``): a failed
+    one stored before faults were counts under ``counted_fault_column``, so that a fault
+    filter lists what a count of that fault's failures counts."""
+    x, chosen = Exchange, sorted(faults)
+    return or_(
+        x.fault.in_(chosen),
+        and_(x.fault.is_(None), failed_clause(), counted_fault_column().in_(chosen)),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ExchangeFilter:
     """The exchanges a reader asks for; every field left None matches all."""
@@ -90,9 +122,12 @@ class ExchangeFilter:
     api: str | None = None
     model: str | None = None  # exact or prefix
     outcome: str | None = None
+    # Who made it fail (vocabulary.Fault), or "any": the exchanges it failed (or, the
+    # client, went away from).
+    fault: str | None = None
     host: str | None = None
     since: dt.datetime | None = None
-    text: str | None = None  # in the output text or the path
+    text: str | None = None  # in the output text, the path or the request's text
     session: str | None = None  # exact
     # Ranges of the timings (RANGES), in microseconds, both ends included: an exchange
     # without the timing (no TTFT: not a stream, or no content yet) is in no range of it.
@@ -110,6 +145,8 @@ class ExchangeFilter:
         # the choices (ValueError, which every front end shows as its one-line error).
         if self.outcome:
             parse_outcome(self.outcome)
+        if self.fault:
+            faults_of(self.fault)
 
     def apply(self, stmt: S) -> S:
         if self.api:
@@ -126,6 +163,8 @@ class ExchangeFilter:
             stmt = stmt.where(failed_clause())
         elif self.outcome:
             stmt = stmt.where(Exchange.outcome == self.outcome)
+        if self.fault:
+            stmt = stmt.where(fault_clause(faults_of(self.fault)))
         if self.host:
             # Hosts are stored as the proxy saw them: lower case.
             stmt = stmt.where(Exchange.host == self.host.lower())
@@ -136,6 +175,7 @@ class ExchangeFilter:
                 or_(
                     Exchange.output_text.contains(self.text, autoescape=True),
                     Exchange.path.contains(self.text, autoescape=True),
+                    Exchange.request_text.contains(self.text, autoescape=True),
                 )
             )
         if self.session:

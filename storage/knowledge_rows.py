@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.store import Store
@@ -68,8 +68,17 @@ class KnowledgeTx:
 
     def events(self, xid: int) -> Iterator[tuple[int, int, str | None, str | None]]:
         """Every event's (seq, offset_us, event, data), streamed a page at a time."""
+        return self._paged(xid, Event.event)
+
+    def messages(self, xid: int) -> Iterator[tuple[int, int, str | None, str | None]]:
+        """A WebSocket session's (seq, offset_us, direction, data), a page at a time."""
+        return self._paged(xid, Event.direction)
+
+    def _paged(
+        self, xid: int, third: InstrumentedAttribute[str | None]
+    ) -> Iterator[tuple[int, int, str | None, str | None]]:
         stmt = (
-            select(Event.seq, Event.offset_us, Event.event, Event.data)
+            select(Event.seq, Event.offset_us, third, Event.data)
             .where(Event.exchange_id == xid)
             .order_by(Event.seq)
             .execution_options(yield_per=_PAGE)

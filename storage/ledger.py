@@ -243,6 +243,11 @@ class Ledger:
         with self.lock:
             return self._pending == 0
 
+    @property
+    def pending(self) -> int:
+        """Rows (and exchange ops) taken in, not yet committed or dropped: the queue."""
+        return self._pending
+
     def snapshot(self) -> WriterStats:
         with self.lock:
             return dataclasses.replace(self.stats)

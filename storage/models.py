@@ -199,7 +199,12 @@ def include_object(dialect: str) -> Any:
 
 
 _POSTGRESQL_INDEXES = frozenset(
-    {"ix_exchanges_model_prefix", "ix_exchanges_output_text_trgm", "ix_exchanges_path_trgm"}
+    {
+        "ix_exchanges_model_prefix",
+        "ix_exchanges_output_text_trgm",
+        "ix_exchanges_path_trgm",
+        "ix_exchanges_request_text_trgm",
+    }
 )
 
 
@@ -267,6 +272,9 @@ class Exchange(Base):
     model: Mapped[str | None] = mapped_column(Str, index=True)
     outcome: Mapped[str | None] = mapped_column(Str(32), index=True)
     outcome_reason: Mapped[str | None] = mapped_column(LongText)
+    # Who failed, beside the outcome (vocabulary.Fault): the provider, the client, the network
+    # or ssetape itself; NULL for an exchange that did not fail. Migration 0015.
+    fault: Mapped[str | None] = mapped_column(Str(16), index=True)
     input_tokens: Mapped[int | None] = mapped_column(Count)
     output_tokens: Mapped[int | None] = mapped_column(Count)
     total_tokens: Mapped[int | None] = mapped_column(Count)
@@ -282,6 +290,9 @@ class Exchange(Base):
     gap_max_us: Mapped[int | None] = mapped_column(Wide)
     tokens_per_s: Mapped[float | None] = mapped_column(Finite)
     output_text: Mapped[str | None] = mapped_column(LongText)
+    # The request's prompt text (messages, input, contents, system) from the redacted body
+    # as stored, for search by prompt. Migration 0015.
+    request_text: Mapped[str | None] = mapped_column(LongText)
     # refusal_text, reasoning_text, tool_calls: shown, rarely filtered on.
     details: Mapped[dict[str, Any] | None] = mapped_column(Json(none_as_null=True))
     analysis_version: Mapped[int | None] = mapped_column(Integer)
@@ -301,6 +312,7 @@ class Exchange(Base):
     # NULL: the body (if any) is stored whole.
     response_body_bytes: Mapped[int | None] = mapped_column(BigInteger)
     response_body_sha256: Mapped[str | None] = mapped_column(Str(64))
+    transport: Mapped[str | None] = mapped_column(Str(16))  # vocabulary.Transport (0016)
 
     # No foreign key under events (migration 0009: PostgreSQL's check per row cost more than
     # the insert), so the ORM deletes an exchange's events itself rather than trusting the
@@ -346,6 +358,8 @@ class Event(Base):
     sse_id: Mapped[str | None] = mapped_column(Str)
     # Exact bytes including comment lines, so replayed bodies are byte-identical.
     raw: Mapped[bytes] = mapped_column(LargeBinary)
+    direction: Mapped[str | None] = mapped_column(Str)  # a WebSocket message's (0016), else NULL
+    opcode: Mapped[str | None] = mapped_column(Str)  # vocabulary.Opcode, as direction
 
     exchange: Mapped[Exchange] = relationship(
         back_populates="events", primaryjoin="Exchange.id == foreign(Event.exchange_id)"
@@ -428,6 +442,8 @@ class RecorderRun(Base):
     events_lost: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     store_errors: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     last_error: Mapped[str | None] = mapped_column(LongText)
+    # The instance it belongs to (`ssetape record --name`, else HOST:PORT). Migration 0015.
+    name: Mapped[str | None] = mapped_column(Str(255))
 
     def __repr__(self) -> str:
         return f"RecorderRun(recorder={self.recorder!r}, events_lost={self.events_lost!r})"

@@ -22,7 +22,7 @@ from ssetape.storage.models import Exchange
 from ssetape.storage.narrowing import Narrowing
 from ssetape.storage.store import Store
 
-__all__ = ["BodyHead", "ListRow", "PageReads", "keyset_page"]
+__all__ = ["BodyHead", "ListRow", "PageReads", "exchange_key", "keyset_page"]
 
 S = TypeVar("S", bound="Select[*tuple[Any, ...]]")
 _NO_FILTER = ExchangeFilter()
@@ -136,11 +136,11 @@ class PageReads:
         return self._rows(_BY_ID, ids=ids)
 
     def exchange(self, id_or_uid: int | str, *, request_body: bool = False) -> Exchange | None:
-        """One exchange by id or uid (as :meth:`Store.exchange`), without its bodies: reading
+        """One exchange by id or uid (see :func:`exchange_key`), without its bodies: reading
         ``request_body`` or ``response_body`` of it raises (:meth:`bodies` reads them cut).
         ``request_body``: with its request body (which the recorder keeps to 16 MiB: bigger is
         stored as its size and hash), for a page that compares requests."""
-        where = _key(id_or_uid)
+        where = exchange_key(id_or_uid)
         if where is None:
             return None
         stmt = select(Exchange).where(where).options(defer(Exchange.response_body, raiseload=True))
@@ -167,7 +167,7 @@ class PageReads:
             return [ListRow(*row) for row in conn.execute(stmt, params)]
 
 
-def _key(id_or_uid: int | str) -> ColumnElement[bool] | None:
+def exchange_key(id_or_uid: int | str) -> ColumnElement[bool] | None:
     """Which exchange a key names: an id, or a uid (a str of ASCII digits shorter than a uid
     is an id); None for an id no column holds (past 64 bits, 5,000 digits)."""
     key = id_or_uid

@@ -21,7 +21,7 @@ from sqlalchemy import Row, Select, and_, func, null, or_, select
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.narrowing import Narrowing
-from ssetape.storage.page_reads import keyset_page
+from ssetape.storage.page_reads import exchange_key, keyset_page
 from ssetape.storage.sorted_pages import Sort, SortedPages
 from ssetape.storage.standby import StandbyState, standby_state
 from ssetape.storage.stat_totals import StatTotals
@@ -85,6 +85,7 @@ class StatRow(NamedTuple):
     outcome: str | None
     status: int | None
     state: str
+    fault: str | None
     ttfb_us: int | None
     ttft_us: int | None
     input_tokens: int | None
@@ -104,8 +105,13 @@ class Queries:
     # -- exchanges -----------------------------------------------------------------------
 
     def exchange(self, id_or_uid: int | str) -> Exchange | None:
-        """One exchange by id, or by uid (see :meth:`Store.exchange`)."""
-        return self.store.exchange(id_or_uid)
+        """One exchange by id, or by uid (see :func:`exchange_key`): None for an id no column
+        holds (past 64 bits, 5,000 digits), not an error."""
+        where = exchange_key(id_or_uid)
+        if where is None:
+            return None
+        with self.store.Session() as s:
+            return s.scalar(select(Exchange).where(where))
 
     def exchanges(
         self,
@@ -215,6 +221,7 @@ class Queries:
                 Exchange.outcome,
                 Exchange.status,
                 Exchange.state,
+                Exchange.fault,
                 Exchange.ttfb_us,
                 Exchange.ttft_us,
                 Exchange.input_tokens,
@@ -333,9 +340,10 @@ class Queries:
 
     def stat_series(self, by: str | None, filters: ExchangeFilter) -> Iterator[SeriesRow]:
         """What the stats page charts, one row per matching exchange, streamed: its group
-        (as :meth:`stat_rows`), start time, what tells an error, TTFB and TTFT."""
+        (as :meth:`stat_rows`), start time, what tells an error and whose, TTFB and TTFT."""
         key = GROUP_BY[by] if by else Exchange.id
-        cols = (Exchange.started_at, Exchange.outcome, Exchange.status, Exchange.state)
+        x = Exchange
+        cols = (x.started_at, x.outcome, x.status, x.state, x.fault)
         stmt = self.narrowing.apply(select(key, *cols, Exchange.ttfb_us, Exchange.ttft_us), filters)
         with self.store.engine.connect() as conn:  # Core: rows, no ORM per-row work
             for row in conn.execute(stmt.execution_options(yield_per=10_000)):
@@ -396,6 +404,7 @@ class SeriesRow(NamedTuple):
     outcome: str | None
     status: int | None
     state: str
+    fault: str | None
     ttfb_us: int | None
     ttft_us: int | None
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from sqlalchemy import Float, String, case, cast, func, null, or_, select
+from sqlalchemy import Float, String, and_, case, cast, func, null, or_, select
 
-from ssetape.storage.filters import ExchangeFilter, failed_clause
+from ssetape.storage.filters import ExchangeFilter, counted_fault_column, failed_clause
 from ssetape.storage.models import Exchange
 from ssetape.storage.narrowing import Narrowing
+from ssetape.vocabulary import Fault
 
 __all__ = ["StatTotals"]
+
+_NAMES = [f.value for f in Fault]  # a column of failures each
+_N = len(_NAMES)
 
 
 class StatTotals(NamedTuple):
@@ -25,7 +29,9 @@ class StatTotals(NamedTuple):
 
     group: Any
     exchanges: int
-    failed: int  # vocabulary.is_failed: what `--outcome failed` lists
+    # The failed ones (vocabulary.is_failed: what `--outcome failed` lists) by the fault they
+    # count under (vocabulary.counted_fault), every Fault a key.
+    faults: dict[str, int]
     ttfb_p50: float | None
     ttfb_p95: float | None
     ttft_p50: float | None
@@ -38,12 +44,16 @@ class StatTotals(NamedTuple):
     cost_nusd: int
     priced: int
 
+    def failed(self, faults: frozenset[str]) -> int:
+        """The failed exchanges whose fault is one of ``faults`` (vocabulary.faults_of)."""
+        return sum(n for fault, n in self.faults.items() if fault in faults)
+
     @classmethod
     def read(cls, narrowing: Narrowing, key: Any, filters: ExchangeFilter) -> Iterator[StatTotals]:
         """The groups of ``key`` (None: one group of all) among what ``filters`` match; no
         row when nothing matches."""
         x = Exchange
-        error = failed_clause()
+        error, fault = failed_clause(), counted_fault_column()
 
         def pct(q: float, col: Any) -> Any:
             return func.percentile_cont(q).within_group(cast(col, Float))
@@ -54,7 +64,7 @@ class StatTotals(NamedTuple):
         stmt = select(
             name,
             func.count(),
-            func.count(case((error, 1))),
+            *(func.count(case((and_(error, fault == f.value), 1))) for f in Fault),
             pct(0.5, x.ttfb_us),
             pct(0.95, x.ttfb_us),
             pct(0.5, x.ttft_us),
@@ -71,12 +81,15 @@ class StatTotals(NamedTuple):
             stmt = stmt.group_by(name)
         stmt = narrowing.apply(stmt, filters)
         with narrowing.store.engine.connect() as conn:
-            for row in conn.execute(stmt):
+            for typed in conn.execute(stmt):
+                row: tuple[Any, ...] = tuple(typed)
                 if not row[1]:
                     continue  # no group by: one row, of nothing
+                faults = dict(zip(_NAMES, map(int, row[2 : 2 + _N]), strict=True))
+                rest = row[2 + _N :]
                 # Sums of bigints come back as numeric (Decimal): exact, made int here.
                 yield cls(
-                    row[0], int(row[1]), int(row[2]), row[3], row[4], row[5], row[6], row[7],
-                    None if row[8] is None else float(row[8]),
-                    int(row[9]), int(row[10]), int(row[11]), int(row[12]), int(row[13]),
+                    row[0], int(row[1]), faults, rest[0], rest[1], rest[2], rest[3], rest[4],
+                    None if rest[5] is None else float(rest[5]),
+                    int(rest[6]), int(rest[7]), int(rest[8]), int(rest[9]), int(rest[10]),
                 )  # fmt: skip

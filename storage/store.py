@@ -1,8 +1,8 @@
-"""The ssetape store: one engine, migrations on open, and the read queries.
+"""The ssetape store: one engine, migrations on open, settings and the redactor.
 
-Writes on the recording path go through ``ssetape.storage.writer.Writer``;
-this module only opens the database, keeps its schema current and answers the
-queries the CLI, the replayer and the tests need.
+Writes on the recording path go through ``ssetape.storage.writer.Writer``; every read of
+exchanges, events and chunks goes through ``ssetape.storage.queries.Queries`` (bounded
+pages), never through the store itself.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import importlib.resources
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 import orjson
-from sqlalchemy import Engine, Select, inspect, select, text, update
+from sqlalchemy import Engine, inspect, select, text, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
@@ -29,8 +29,8 @@ from ssetape.storage.engine import (
     prepare_sqlite_file,
     resolve_target,
 )
-from ssetape.storage.models import Chunk, Event, Exchange, Setting
-from ssetape.vocabulary import ExchangeState
+from ssetape.storage.models import Exchange, Setting
+from ssetape.vocabulary import ExchangeState, Fault
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -41,7 +41,7 @@ __all__ = ["SCHEMA_HEAD", "Store", "StoreError", "alembic_config"]
 # The newest revision in migrations/versions (tests/storage/test_store.py checks it against
 # Alembic's own reading). A store already there opens without importing Alembic: a third of a
 # second of every command's start.
-SCHEMA_HEAD = "0014"
+SCHEMA_HEAD = "0016"
 
 # pg_advisory_xact_lock key serialising migrations of a fleet of recorders
 # that start at once (the bytes of "ssetape1" as a signed 64-bit integer).
@@ -385,59 +385,12 @@ class Store:
             self.set_setting("redact_fields", orjson.dumps(merged).decode())
         return merged
 
-    # -- queries ---------------------------------------------------------------
-
-    def exchanges(
-        self,
-        *,
-        limit: int | None = None,
-        order_desc: bool = True,
-        where: Callable[[Select[Any]], Select[Any]] | None = None,
-    ) -> list[Exchange]:
-        """Exchanges by start time (newest first unless ``order_desc=False``).
-
-        ``where`` narrows the query (see ssetape.storage.filters)."""
-        if order_desc:
-            order = (Exchange.started_at.desc(), Exchange.id.desc())
-        else:
-            order = (Exchange.started_at.asc(), Exchange.id.asc())
-        stmt = select(Exchange).order_by(*order)
-        if where is not None:
-            stmt = where(stmt)
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        with self.Session() as s:
-            return list(s.scalars(stmt))
-
-    def exchange(self, id_or_uid: int | str) -> Exchange | None:
-        """One exchange by id, or by uid (a str; a str of ASCII digits shorter than a uid is an
-        id). An id no column holds (past 64 bits, 5,000 digits) is no exchange, not an error."""
-        key = id_or_uid
-        if isinstance(key, str) and len(key) != 32 and key.isascii() and key.isdigit():
-            key = int(key) if len(key.lstrip("0")) < 20 else 0  # int() refuses 4,301 digits
-        if isinstance(key, str):
-            stmt = select(Exchange).where(Exchange.uid == key)
-        elif 0 < key < 2**63:
-            stmt = select(Exchange).where(Exchange.id == key)
-        else:
-            return None
-        with self.Session() as s:
-            return s.scalar(stmt)
-
-    def events(self, exchange_id: int) -> list[Event]:
-        stmt = select(Event).where(Event.exchange_id == exchange_id).order_by(Event.seq)
-        with self.Session() as s:
-            return list(s.scalars(stmt))
-
-    def chunks(self, exchange_id: int) -> list[Chunk]:
-        stmt = select(Chunk).where(Chunk.exchange_id == exchange_id).order_by(Chunk.seq)
-        with self.Session() as s:
-            return list(s.scalars(stmt))
+    # -- writes ----------------------------------------------------------------
 
     def mark_interrupted(self, recorder: str | None = None) -> int:
         """Exchanges left in "recording" (by a recorder that died) become "interrupted"."""
         stmt = update(Exchange).where(Exchange.state == ExchangeState.RECORDING)
-        stmt = stmt.values(state=ExchangeState.INTERRUPTED)
+        stmt = stmt.values(state=ExchangeState.INTERRUPTED, fault=Fault.SSETAPE)
         if recorder is not None:
             stmt = stmt.where(Exchange.recorder == recorder)
         with self.engine.begin() as conn:

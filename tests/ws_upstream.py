@@ -26,7 +26,17 @@ from websockets.typing import Subprotocol
 
 DELAY = 0.08  # seconds between two deltas
 DELTAS = ("Hel", "lo", " there", "!")
-USAGE = {"total_tokens": 31, "input_tokens": 12, "output_tokens": 19}
+USAGE = {  # openai's RealtimeResponseUsage
+    "total_tokens": 31,
+    "input_tokens": 12,
+    "output_tokens": 19,
+    "input_token_details": {"text_tokens": 12, "audio_tokens": 0, "cached_tokens": 4},
+    "output_token_details": {"text_tokens": 19, "audio_tokens": 0},
+}
+# Gemini Live (path ...BidiGenerateContent): google-genai's LiveServerMessage shapes.
+GEMINI_PARTS = ("Bon", "jour", " !")
+GEMINI_USAGE = {"promptTokenCount": 9, "responseTokenCount": 5, "totalTokenCount": 14}
+GEMINI_CLOSE = 1008, "models/gemini-close is not found for API version v1beta"
 CLOSE_CODE, CLOSE_REASON = 1011, "upstream overloaded"
 
 
@@ -70,6 +80,8 @@ class RealtimeUpstream:
         self.sessions.append(session)
         model = parse_qs(urlsplit(ws.request.path).query).get("model", ["ok"])[0]
         send = _Sender(ws, session)
+        if "BidiGenerateContent" in ws.request.path:
+            return self._gemini(send, ws, session)
         send.json({"type": "session.created", "event_id": "ev_1", "session": {"model": model}})
         n = 0
         try:
@@ -94,7 +106,11 @@ class RealtimeUpstream:
         send.json({"type": "response.created", "response": {"id": rid, "status": "in_progress"}})
         for i, text in enumerate(DELTAS):
             time.sleep(DELAY)
-            send.json({"type": "response.output_text.delta", "response_id": rid, "delta": text})
+            send.json({
+                "type": "response.output_text.delta", "event_id": f"ev_{rid}_{i}",
+                "response_id": rid, "item_id": "item_1", "output_index": 0, "content_index": 0,
+                "delta": text,
+            })  # fmt: skip
             if i == 1 and model == "cut":
                 # TCP closed with no close frame: a crashed upstream or a dropped link.
                 ws.socket.shutdown(socket.SHUT_RDWR)
@@ -107,9 +123,32 @@ class RealtimeUpstream:
             error = {"type": "server_error", "code": None, "message": "The server had an error"}
             send.json({"type": "error", "event_id": "ev_err", "error": error})
             return True
-        done = {"id": rid, "status": "completed", "usage": USAGE}
+        done = {"id": rid, "object": "realtime.response", "status": "completed", "usage": USAGE}
         send.json({"type": "response.done", "event_id": f"ev_{rid}", "response": done})
         return True
+
+    def _gemini(self, send: _Sender, ws: ServerConnection, session: Session) -> None:
+        """Gemini Live: JSON in binary frames; a setup's model ``...close`` is refused with a
+        close code, as the Live API refuses (its errors are close codes)."""
+        try:
+            for msg in ws:
+                raw = msg if isinstance(msg, bytes) else msg.encode()
+                session.received.append(Frame(isinstance(msg, bytes), raw, time.monotonic()))
+                obj = orjson.loads(raw)
+                if "setup" in obj:
+                    if obj["setup"].get("model", "").endswith("close"):
+                        ws.close(*GEMINI_CLOSE)
+                        return
+                    send.raw(orjson.dumps({"setupComplete": {}}), binary=True)
+                elif "clientContent" in obj:
+                    for text in GEMINI_PARTS:
+                        time.sleep(DELAY)
+                        turn = {"modelTurn": {"role": "model", "parts": [{"text": text}]}}
+                        send.raw(orjson.dumps({"serverContent": turn}), binary=True)
+                    done = {"serverContent": {"turnComplete": True}, "usageMetadata": GEMINI_USAGE}
+                    send.raw(orjson.dumps(done), binary=True)
+        except ConnectionClosed:
+            pass
 
 
 def _realtime(ws: ServerConnection, offered: Sequence[Subprotocol]) -> Subprotocol | None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["ChunkRow", "EventRow", "EventSink"]
+__all__ = ["ChunkRow", "EventRow", "EventSink", "MessageRow"]
 
 # (seq, offset_us, event type, data, SSE id, raw bytes): ``data`` None for comments and
 # non-SSE chunks; ``raw`` the exact bytes, so replayed bodies are byte-identical.
 EventRow = tuple[int, int, str | None, str | None, str | None, bytes]
+# A WebSocket message: an event row and its direction and opcode (vocabulary.Direction,
+# Opcode); ``raw`` its exact payload, ``data`` that payload as text when it is UTF-8.
+MessageRow = tuple[int, int, str | None, str | None, None, bytes, str, str]
 # (seq, offset_us, wire bytes) of a content-encoded stream, still compressed.
 ChunkRow = tuple[int, int, bytes]
 

@@ -1,6 +1,6 @@
 """ssetape's closed vocabularies, each spelled out here and nowhere else.
 
-Record modes, exchange states and outcomes are stored, printed and typed by users, so their
+Record modes, exchange states, outcomes and faults are stored, printed and typed by users, so their
 values are part of the product; the ``x-ssetape-*`` headers are the words the proxy, the timed
 server and the test forwarder exchange. Everything else imports them from this module.
 """
@@ -10,19 +10,34 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "ANY_FAULT",
+    "DEFAULT_FAULT",
     "ERROR_OUTCOMES",
     "FAILED",
     "INLINE_BODY",
     "MAX_BODY",
+    "MAX_NAME",
     "MAX_SESSION",
     "TRANSPORT_ERRORS",
+    "Direction",
     "ExchangeState",
+    "Fault",
     "Header",
+    "LogFormat",
+    "MatchedIn",
+    "Opcode",
     "Outcome",
     "RecordMode",
+    "RunState",
+    "Transport",
+    "check_name",
     "check_session",
+    "counted_fault",
+    "fault_choices",
+    "faults_of",
     "is_failed",
     "outcome_choices",
+    "parse_fault",
     "parse_outcome",
     "session_of",
 ]
@@ -130,6 +145,48 @@ TRANSPORT_ERRORS: frozenset[str] = frozenset(
 )
 
 
+class Fault(StrEnum):
+    """Who made an exchange fail, beside its outcome (analysis.fault has the rule); an
+    exchange that did not fail has none."""
+
+    PROVIDER = "provider"  # an error event, an HTTP 5xx or 429, a stream it cut
+    CLIENT = "client"  # an HTTP 4xx (the request was refused), or the client went away
+    NETWORK = "network"  # no response: the upstream could not be reached (DNS, refused, TLS)
+    SSETAPE = "ssetape"  # the recorder stopped, or its recording process died, first
+
+
+# A fault selection that stands for every fault.
+ANY_FAULT = "any"
+# What error rates count unless told otherwise: a model's rate is its provider's doing.
+DEFAULT_FAULT = Fault.PROVIDER
+
+
+def fault_choices() -> list[str]:
+    """What a fault filter takes: every fault, then ``any``."""
+    return [f.value for f in Fault] + [ANY_FAULT]
+
+
+def parse_fault(value: str) -> str:
+    """``value`` as a fault filter; ValueError in one line naming the choices otherwise."""
+    if value in fault_choices():
+        return value
+    raise ValueError(f"fault {value!r} is not one of {', '.join(fault_choices())}")
+
+
+def faults_of(selection: str) -> frozenset[str]:
+    """The faults a selection (a fault, or ``any``) stands for; ValueError as parse_fault."""
+    return frozenset(Fault) if parse_fault(selection) == ANY_FAULT else frozenset({selection})
+
+
+def counted_fault(fault: str | None, state: str) -> str:
+    """The fault a failed exchange counts under (storage.filters.counted_fault_column says it
+    in SQL): its own; one stored before faults were (`ssetape reindex --stale` reads it
+    again) counts as ssetape's if the recorder interrupted it, else as the provider's."""
+    if fault is not None:
+        return fault
+    return Fault.SSETAPE if state == ExchangeState.INTERRUPTED else Fault.PROVIDER
+
+
 class Header(StrEnum):
     """Headers ssetape adds: between the proxy and its timed server, and on replay misses;
     the one a client adds to name its session; and the pytest plugin's control requests."""
@@ -180,3 +237,69 @@ def session_of(value: str) -> str | None:
     nothing is left."""
     name = "".join(c for c in value if c.isprintable()).strip()[:MAX_SESSION].rstrip()
     return name or None
+
+
+class RunState(StrEnum):
+    """Where a recorder run stands (``ssetape stats --runs``; storage.runs has the rule)."""
+
+    RUNNING = "running"
+    # Alive, but no heartbeat in its run row for storage.runs.STALL_AFTER seconds: frozen,
+    # stopped (SIGSTOP), or its store takes none of its writes.
+    STALLED = "stalled"
+    STOPPED = "stopped"  # it exited cleanly
+    GONE = "gone"  # it died, or has been silent for long (another host's)
+
+
+class LogFormat(StrEnum):
+    """How a proxy command writes its log lines (``--log-format``)."""
+
+    TEXT = "text"  # 2026-12-06T10:11:12.345Z WARNING ssetape[NAME] message
+    JSON = "json"  # one JSON object per line
+
+
+# Characters an instance name (``--name``) keeps: its run rows' column is wider.
+MAX_NAME = 64
+
+
+def check_name(name: str) -> str:
+    """An instance name a user gives (``--name``): refused, with a one-line ValueError, when
+    it is longer than MAX_NAME or has a space, a bracket or a character that does not print
+    (it stands between the brackets of each log line); "" names none."""
+    name = name.strip()
+    if len(name) > MAX_NAME:
+        raise ValueError(f"a name has at most {MAX_NAME} characters, not {len(name)}")
+    bad = next((c for c in name if not c.isprintable() or c.isspace() or c in "[]"), None)
+    if bad is not None:
+        raise ValueError(f"name {name[:40]!r} has {bad!r}: printable, no spaces or brackets")
+    return name
+
+
+class MatchedIn(StrEnum):
+    """Where a text search (`list --grep`, the viewer's q, MCP's text) found its text in an
+    exchange, as a match's snippet names it; the first of these that holds it."""
+
+    PROMPT = "prompt"  # the request's text (exchanges.request_text)
+    OUTPUT = "output"  # the model's output text
+    PATH = "path"  # the request path
+
+
+class Transport(StrEnum):
+    """What an exchange carried (``exchanges.transport``; NULL in a store is HTTP, as every
+    exchange recorded before WebSocket sessions were)."""
+
+    HTTP = "http"
+    WEBSOCKET = "websocket"  # one WebSocket connection: its upgrade, then its messages
+
+
+class Direction(StrEnum):
+    """Who sent a WebSocket message (``events.direction``; NULL for an HTTP stream's events)."""
+
+    CLIENT = "client"
+    SERVER = "server"
+
+
+class Opcode(StrEnum):
+    """A WebSocket message's frame type (``events.opcode``): control frames are not stored."""
+
+    TEXT = "text"
+    BINARY = "binary"

@@ -22,6 +22,7 @@ from mitmproxy import exceptions
 
 from ssetape.addons.admin import Admin
 from ssetape.addons.recorder import Recorder
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 with warnings.catch_warnings():  # mitmproxy's test helpers import ldap3 and passlib
@@ -117,7 +118,7 @@ def test_ready_with_a_live_recording_process_not_while_it_is_down_nor_stopping(
             with pytest.raises(httpx.ConnectError):
                 httpx.get(ready, timeout=5)
         with Store.open(db, create=False) as store:
-            assert len(list(store.exchanges())) == 2  # one each side of the kill
+            assert len(list(Queries(store).exchanges())) == 2  # one each side of the kill
 
     asyncio.run(run())
 
@@ -154,7 +155,7 @@ def test_not_ready_while_the_store_fails_ready_again_once_it_writes(tmp_path: Pa
             rec.done()
             admin.done()
         with Store.open(db, create=False) as store:
-            assert len(list(store.exchanges())) == 1  # written once the lock went
+            assert len(list(Queries(store).exchanges())) == 1  # written once the lock went
 
     asyncio.run(run())
 

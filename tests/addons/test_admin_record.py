@@ -15,6 +15,7 @@ import httpx
 import orjson
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE, Proc
 
@@ -68,7 +69,7 @@ def test_healthz_answers_200_while_it_records_a_stream(
     assert last["status"] == "ok" and last["checks"]["store"] == {"ok": True, "state": "writing"}
     assert proc.stop() == 0, proc.log.decode()
     with Store.open(proc.db, create=False) as store:
-        [exchange] = list(store.exchanges())
+        [exchange] = list(Queries(store).exchanges())
     assert exchange.state == "completed"
     try:
         httpx.get(admin + "/healthz", timeout=5)

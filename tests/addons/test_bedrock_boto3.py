@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError, EventStreamError  # type: ignore[im
 from urllib3.exceptions import ProtocolError
 
 from ssetape.analysis.knowledge import Knowledge
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc, self_signed, start_ssetape
 from tests.corpus import PICK, RealStream, answer, by_name, corpus_upstream
@@ -117,8 +118,8 @@ def check_store(db: str, stream: RealStream) -> dict[str, Any]:
     ``:event-type``, the capture's bytes, offsets that keep the frames' order, no findings.
     Returns the exchange's knowledge."""
     with Store.open(db, create=False) as store:
-        (x,) = [x for x in store.exchanges() if x.path == stream.meta["request_path"]]
-        events = store.events(x.id)
+        (x,) = [x for x in Queries(store).exchanges() if x.path == stream.meta["request_path"]]
+        events = list(Queries(store).events(x.id))
         frames = aws_frames(stream)
         assert [e.seq for e in events] == list(range(len(frames)))
         assert [(e.event, len(e.raw)) for e in events] == frames

@@ -15,6 +15,7 @@ from mitmproxy import exceptions, http
 from ssetape.addons.control import Control
 from ssetape.addons.recorder import Recorder
 from ssetape.recording.control import Command, ControlAnswer, ControlRequest
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.vocabulary import ExchangeState
 
@@ -71,7 +72,7 @@ def test_a_settle_answers_once_the_exchanges_are_stored(tmp_path: Path) -> None:
             status, got = answer(settle)
             # Read at once, while the recording process still runs: all three are in.
             with Store.open(db, create=False) as store:
-                rows = list(store.exchanges())
+                rows = list(Queries(store).exchanges())
             assert status == 200 and got.settled and got.in_flight == 0
             assert got.exchanges_recorded == 3 and got.exchanges_lost == got.events_lost == 0
             assert [(x.state, x.session) for x in rows] == [
@@ -126,7 +127,7 @@ def test_without_the_secret_nothing_is_controlled(tmp_path: Path) -> None:
 
     asyncio.run(run())
     with Store.open(db, create=False) as store:
-        rows = list(store.exchanges())
+        rows = list(Queries(store).exchanges())
     # Only the request sent while control was off is recorded, and without the header.
     assert len(rows) == 1 and rows[0].request_body == body
     assert "x-ssetape-control" not in orjson.dumps(rows[0].request_headers).decode().lower()

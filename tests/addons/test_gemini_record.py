@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc
 
@@ -53,12 +54,12 @@ def test_gemini_streams_record_and_replay_with_their_timing(
         assert rec.stop() == 0
         store = Store.open(rec.db, create=False)
         try:
-            (x,) = store.exchanges()
+            (x,) = Queries(store).exchanges()
             assert x.is_stream and (x.api, x.model, x.outcome) == (
                 "gemini", "gemini-2.5-flash-sim-pause", "completed"
             )  # fmt: skip
             assert x.output_text and x.output_tokens and x.ttft_us
-            offsets = [e.offset_us for e in store.events(x.id)]
+            offsets = [e.offset_us for e in Queries(store).events(x.id)]
             assert len(offsets) > 3 and offsets[-1] - offsets[0] > 500_000
         finally:
             store.close()
@@ -95,7 +96,7 @@ def test_the_google_genai_sdk_records_and_replays_without_its_key(
     assert rec.stop() == 0
     store = Store.open(rec.db, create=False)
     try:
-        (x,) = store.exchanges()
+        (x,) = Queries(store).exchanges()
         assert (x.api, x.outcome, x.output_text) == ("gemini", "completed", direct[0])
         assert "alt=sse" in (x.query or "")
     finally:
@@ -136,7 +137,7 @@ def test_huge_numbers_in_a_gemini_array_are_valid_json(
         assert got.content == b"".join(chunks)
         assert rec.stop() == 0
     with Store.open(rec.db, create=False) as store:
-        (x,) = store.exchanges()
+        (x,) = Queries(store).exchanges()
         findings = [(f.code, f.detail) for f in Knowledge(store).findings(x.id)]
         assert findings == []
         assert (x.outcome, x.output_text, x.output_tokens) == ("completed", "abc", 2)

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.cli.main import main
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.test_bedrock_boto3 import ANTHROPIC, CONVERSE, EVENTSTREAM, Bedrock, aws_frames
 from tests.conftest import Proc
@@ -79,14 +80,14 @@ def test_ollama_ndjson_recorded_line_by_line_and_replayed_with_its_pacing(
             replayed[name] = timed_lines(client, replay.url, by_name(name))
 
     with Store.open(rec.db, create=False) as store:
-        exchanges = {x.path: x for x in store.exchanges()}
+        exchanges = {x.path: x for x in Queries(store).exchanges()}
         assert len(exchanges) == len(STREAMS)
         for name in STREAMS:
             stream = by_name(name)
             lines = stream.wire.splitlines(keepends=True)
             assert [line for _, line in recorded[name]] == lines, name
             x = exchanges[stream.meta["request_path"]]
-            events = store.events(x.id)
+            events = list(Queries(store).events(x.id))
             # One event per line, its exact bytes and its JSON text.
             assert [e.raw for e in events] == lines, name
             assert [e.data for e in events] == [line.rstrip(b"\n").decode() for line in lines]
@@ -137,8 +138,10 @@ def test_ollama_replayed_mid_stream_error_line(ssetape_proc: Callable[..., Proc]
 def exchange_view(store: Store, path: str) -> dict[str, Any]:
     """What a store says of the one exchange at ``path``: its events (all but the store's
     ids) and its analysis."""
-    (x,) = [x for x in store.exchanges() if x.path == path]
-    events = [(e.seq, e.offset_us, e.event, e.data, e.sse_id, e.raw) for e in store.events(x.id)]
+    (x,) = [x for x in Queries(store).exchanges() if x.path == path]
+    events = [
+        (e.seq, e.offset_us, e.event, e.data, e.sse_id, e.raw) for e in Queries(store).events(x.id)
+    ]
     return {
         "events": events,
         "request": (x.method, x.scheme, x.host, x.port, x.query, x.request_body),
@@ -193,7 +196,7 @@ def test_cassette_round_trip_of_aws_event_streams_and_ndjson(
 
     paths = [s.meta["request_path"] for s in (converse, invoke, ollama)]
     with Store.open(rec.db, create=False) as a, Store.open(imported, create=False) as b:
-        assert len(b.exchanges()) == 3
+        assert len(Queries(b).exchanges()) == 3
         views = [exchange_view(b, path) for path in paths]
         assert views == [exchange_view(a, path) for path in paths]
     # What is compared is what was recorded, read by its rules, with nothing to find.

@@ -19,6 +19,7 @@ from ssetape.analysis.apis import APIS
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.analysis.profiles import DEFAULT_PROFILE
 from ssetape.cost.price_book import PriceBook, PriceQuery
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE, Proc
 from tests.corpus import PICK, RealStream, corpus_upstream, real_streams
@@ -92,7 +93,7 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
     store = Store.open(db, create=False)
     book = PriceBook.bundled()
     try:
-        exchanges = {_picked(x.request_headers): x for x in store.exchanges()}
+        exchanges = {_picked(x.request_headers): x for x in Queries(store).exchanges()}
         expected = {row[0]: row[1:] for row in EXPECTED}
         for stream in streams:
             x = exchanges[stream.name]
@@ -125,7 +126,7 @@ def test_real_streams_record_and_replay_byte_for_byte_with_their_knowledge(
             assert len(details.get("tool_calls") or []) == tools, stream.name
             assert Knowledge(store).findings(x.id) == [], stream.name
             # TTFT is when the first content event arrived, as the proxy stamped it.
-            events = store.events(x.id) if first is not None else []
+            events = list(Queries(store).events(x.id)) if first is not None else []
             firsts = [e.offset_us for e in events if e.seq == first]
             assert x.ttft_us == (firsts[0] if firsts else None), stream.name
             # Priced in the recording process as the provider's own figures say (see

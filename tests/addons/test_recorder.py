@@ -18,6 +18,7 @@ from ssetape.framing.sse import SseParser
 from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc
 
@@ -74,9 +75,9 @@ def raw_stream(base: str, path: str, body: dict[str, Any], **kw: Any) -> tuple[i
 
 
 def only(store: Store) -> tuple[Exchange, list[Event]]:
-    rows = store.exchanges()
+    rows = Queries(store).exchanges()
     assert len(rows) == 1, [(x.path, x.state) for x in rows]
-    return rows[0], store.events(rows[0].id)
+    return rows[0], list(Queries(store).events(rows[0].id))
 
 
 def expected_event_times(path: str, body: dict[str, Any]) -> list[float]:
@@ -161,20 +162,20 @@ def test_openai_sdk_chat_and_responses_forward_mode(
     assert direct[1][-1]["type"] == "response.completed"
 
     store = stop_and_open(proc)
-    rows = sorted(store.exchanges(), key=lambda x: x.id)
+    rows = sorted(Queries(store).exchanges(), key=lambda x: x.id)
     assert [(x.path, x.event_count) for x in rows] == [
-        ("/v1/chat/completions", len(store.events(rows[0].id))),
-        ("/v1/responses", len(store.events(rows[1].id))),
+        ("/v1/chat/completions", len(list(Queries(store).events(rows[0].id)))),
+        ("/v1/responses", len(list(Queries(store).events(rows[1].id)))),
     ]
     # The SDK closes the connection once it has read [DONE]; when that beats the end of the
     # chunked body to the proxy, the transport state is "aborted" (which is true), while the
     # stream itself ended properly: the outcome says so either way.
     assert rows[0].state in ("completed", "aborted") and rows[1].state == "completed"
     assert [x.outcome for x in rows] == ["completed", "completed"]
-    data_events = [e for e in store.events(rows[0].id) if e.data is not None]
+    data_events = [e for e in Queries(store).events(rows[0].id) if e.data is not None]
     assert len(data_events) == len(direct[0]) + 1  # + data: [DONE]
     assert data_events[-1].data == "[DONE]"
-    assert [e.event for e in store.events(rows[1].id) if e.data is not None] == [
+    assert [e.event for e in Queries(store).events(rows[1].id) if e.data is not None] == [
         e["type"] for e in direct[1]
     ]
     store.close()
@@ -229,12 +230,12 @@ def test_client_disconnect_upstream_cut_and_error_event_states(
     assert raw_stream(proc.url, "/v1/chat/completions", CHAT)[0] == 200
 
     store = stop_and_open(proc)
-    rows = sorted(store.exchanges(), key=lambda x: x.id)
+    rows = sorted(Queries(store).exchanges(), key=lambda x: x.id)
     assert [x.state for x in rows] == ["aborted", "truncated", "completed", "completed"]
     for x in rows[:3]:
-        assert x.event_count == len(store.events(x.id)) > 0
+        assert x.event_count == len(list(Queries(store).events(x.id))) > 0
     assert rows[0].error and rows[1].error
-    errors = [e for e in store.events(rows[2].id) if e.data and '"error"' in e.data]
+    errors = [e for e in Queries(store).events(rows[2].id) if e.data and '"error"' in e.data]
     assert errors, "the mid-stream error event is stored"
     store.close()
 
@@ -252,7 +253,7 @@ def test_an_unreachable_upstream_is_a_502_and_a_failed_exchange(
     assert "Connect call failed" in r.text and str(port) in r.text  # mitmproxy's error page
     assert raw_stream(proc.url, "/v1/chat/completions", CHAT)[0] == 502  # and keeps serving
     store = stop_and_open(proc)
-    rows = store.exchanges()
+    rows = Queries(store).exchanges()
     assert [x.state for x in rows] == ["failed", "failed"]
     assert all(x.status is None and "Connect call failed" in (x.error or "") for x in rows)
     assert {x.outcome for x in rows} == {"no_response"}
@@ -275,9 +276,9 @@ def test_twenty_concurrent_streams_are_all_recorded(
     for t in threads:
         t.join()
     store = stop_and_open(proc)
-    rows = store.exchanges()
+    rows = Queries(store).exchanges()
     assert len(rows) == 20
-    got = {b"".join(e.raw for e in store.events(x.id)) for x in rows}
+    got = {b"".join(e.raw for e in Queries(store).events(x.id)) for x in rows}
     assert got == set(results.values())
     assert {x.state for x in rows} == {"completed"}
     store.close()
@@ -298,7 +299,7 @@ def test_a_compressed_stream_passes_as_sent_and_is_stored_event_by_event(
     sent = [e.raw for e in SseParser().feed(decoded)]
     store = stop_and_open(proc)
     x, events = only(store)
-    assert b"".join(c.data for c in store.chunks(x.id)) == direct  # what replay sends
+    assert b"".join(c.data for c in Queries(store).chunks(x.id)) == direct  # what replay sends
     assert [e.raw for e in events] == sent and events[-1].data == "[DONE]"
     assert x.error is None and x.event_count == len(sent) > 3
     store.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import start_ssetape
 from tests.upstreams import fixed_upstream
@@ -83,7 +84,9 @@ def test_a_gzip_bomb_passes_whole_and_the_recording_process_stays_small(
     assert worker_peak < WORKER_PEAK, f"recording process peaked at {worker_peak >> 20} MiB"
     assert proxy_peak < PROXY_PEAK, f"the proxy peaked at {proxy_peak >> 20} MiB"
     with Store.open(str(db), create=False) as store:
-        [x] = store.exchanges()
-        assert [e.data for e in store.events(x.id)] == ["1"]
+        [x] = Queries(store).exchanges()
+        assert [e.data for e in Queries(store).events(x.id)] == ["1"]
         assert x.error is not None and "decoded past" in x.error
-        assert sum(len(c.data) for c in store.chunks(x.id)) == body_size  # replay sends these
+        assert (
+            sum(len(c.data) for c in Queries(store).chunks(x.id)) == body_size
+        )  # replay sends these

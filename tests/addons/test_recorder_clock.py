@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from ssetape.addons.recorder import Recorder
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders
 from tests.addons.test_recorder_crash import recording
@@ -88,8 +89,8 @@ def test_a_wall_clock_step_mid_stream_leaves_the_timing_alone(
     assert proc.stop() == 0, proc.log.decode()
 
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
-        offsets = [e.offset_us for e in store.events(x.id)]
+        [x] = Queries(store).exchanges()
+        offsets = [e.offset_us for e in Queries(store).events(x.id)]
     assert x.state == "completed" and len(offsets) == EVENTS
     assert x.ttfb_us is not None and x.duration_us is not None
     assert 0 <= x.ttfb_us <= offsets[0]
@@ -115,8 +116,8 @@ def test_a_wall_clock_step_mid_stream_leaves_the_timing_alone(
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
     with Store.open(str(again), create=False) as store:
-        [y] = store.exchanges()
-        assert [e.offset_us for e in store.events(y.id)] == offsets
+        [y] = Queries(store).exchanges()
+        assert [e.offset_us for e in Queries(store).events(y.id)] == offsets
         assert y.duration_us == x.duration_us
 
 
@@ -150,8 +151,8 @@ def test_in_process_a_stepped_time_time_moves_no_offset(
     asyncio.run(session())
     elapsed_us = (time.monotonic() - began) * 1e6
     with Store.open(str(tmp_path / "tape.db"), create=False) as store:
-        [x] = store.exchanges()
-        offsets = [e.offset_us for e in store.events(x.id)]
+        [x] = Queries(store).exchanges()
+        offsets = [e.offset_us for e in Queries(store).events(x.id)]
     assert x.state == "completed" and x.duration_us is not None and x.ttfb_us is not None
     assert 0 <= x.ttfb_us <= offsets[0] <= offsets[1] <= x.duration_us <= elapsed_us
     assert offsets[1] - offsets[0] >= 40_000  # the 50 ms that passed, not the step

@@ -31,6 +31,7 @@ from ssetape.recording.link import FLUSH_DELAY
 from ssetape.recording.worker import PROXY_GONE
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import (
@@ -101,9 +102,9 @@ def kill_mid_stream(
     if store.is_sqlite:
         with store.engine.connect() as conn:
             assert conn.execute(text("PRAGMA integrity_check")).scalar() == "ok"
-    [x] = wait_for(lambda: [x for x in store.exchanges() if x.state != "recording"] or
-                   (kill is kill9_all and store.exchanges()))  # fmt: skip
-    events = store.events(x.id)
+    [x] = wait_for(lambda: [x for x in Queries(store).exchanges() if x.state != "recording"] or
+                   (kill is kill9_all and Queries(store).exchanges()))  # fmt: skip
+    events = list(Queries(store).events(x.id))
     assert bytes(reader.body).startswith(b"".join(e.raw for e in events))
     assert [e.seq for e in events] == list(range(len(events))) and x.event_count == len(events)
     offsets = [e.offset_us for e in events]
@@ -141,9 +142,9 @@ def test_kill_9_of_proxy_and_recorder_loses_at_most_the_last_flush(
         assert x.state == "recording"
         # The next recorder on this store finds the orphan: its recorder's pid is gone.
         nxt = recorders.start(db, "--mode", f"reverse:{sim.url}")
-        wait_for(lambda: store.exchange(x.id).state == "interrupted")  # type: ignore[union-attr]
-        assert store.exchange(x.id).error == INTERRUPTED  # type: ignore[union-attr]
-        assert len(store.events(x.id)) == len(events)
+        wait_for(lambda: Queries(store).exchange(x.id).state == "interrupted")  # type: ignore[union-attr]
+        assert Queries(store).exchange(x.id).error == INTERRUPTED  # type: ignore[union-attr]
+        assert len(list(Queries(store).events(x.id))) == len(events)
         status = {r["recorder"]: r["status"] for r in Runs(store).totals()["runs"]}
         assert status[x.recorder] == "gone"  # type: ignore[index]
         assert nxt.proc.poll() is None and "running" in status.values()
@@ -153,9 +154,10 @@ def test_kill_9_of_proxy_and_recorder_loses_at_most_the_last_flush(
 
 def test_sigterm_mid_stream_while_the_store_is_down(sim: Simulator, recorders: Recorders) -> None:
     """Stopping waits for the store (up to 10 s) while the upstream finishes the stream;
-    what mitmproxy still relays after the recorder's ``done`` passes through uncaptured."""
+    what mitmproxy still relays after the recorder's ``done`` passes through uncaptured.
+    Stopped at once (--drain-timeout 0): a drain would let the stream end first."""
     with pg_database() as pg:
-        proc = recorders.start(pg.url, "--mode", f"reverse:{sim.url}")
+        proc = recorders.start(pg.url, "--mode", f"reverse:{sim.url}", "--drain-timeout", "0")
         reader = Reader(proc.url + "/v1/chat/completions", {**LONG, "max_tokens": 120})
         reader.start()
         wait_for(lambda: len(reader.arrivals) >= 20)
@@ -167,8 +169,8 @@ def test_sigterm_mid_stream_while_the_store_is_down(sim: Simulator, recorders: R
         log = proc.log.decode()
         assert "capture failed" not in log and "cannot write to" in log, log
         with Store.open(pg.url, create=False) as store:
-            [x] = store.exchanges()
-            events = store.events(x.id)
+            [x] = Queries(store).exchanges()
+            events = list(Queries(store).events(x.id))
             assert x.state == "interrupted"
             assert x.error == "recorder stopped before the exchange ended"
             assert len(events) >= 20
@@ -215,7 +217,7 @@ def test_after_done_the_rest_of_a_stream_bypasses_its_closed_capture(tmp_path: P
     assert flow.response is not None and flow.response.stream is True  # mitmproxy relays as is
     assert rec.exit_line == "ssetape: 1 event in 1 exchange stored, none lost"
     with Store.open(str(tmp_path / "tape.db"), create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.state, x.event_count) == ("interrupted", 1)
 
 
@@ -285,8 +287,8 @@ def test_a_store_change_at_runtime_never_waits_for_the_old_recording_process(
     assert waited < 2.0
     assert passes_through and relayed == [b"data: 0\n\n", b"data: 1\n\n"]
     with Store.open(str(tmp_path / "tape.db"), create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.state, x.event_count, x.error) == ("interrupted", 1, MOVED)
     with Store.open(str(tmp_path / "new.db"), create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.state, x.event_count, x.error) == ("interrupted", 2, STOPPED)

@@ -33,6 +33,7 @@ import pytest
 from ssetape.framing.sse import SseParser
 from ssetape.simulator.routes import plan
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, pg_database, wait_for
@@ -147,7 +148,7 @@ def stream_through_outage(
     # (its backlog drained: on a loaded machine that can take a while), a new stream must be
     # stored whole.
     with Store.open(db, create=False) as store:
-        done = lambda: sum(x.state == "completed" for x in store.exchanges()) == 5  # noqa: E731
+        done = lambda: sum(x.state == "completed" for x in Queries(store).exchanges()) == 5  # noqa: E731
         wait_for(done, timeout=60)
     after = Reader(proc.url, body(9, 20))
     after.run()
@@ -179,9 +180,9 @@ def stream_through_outage(
         assert (run.events_recorded, run.events_lost) == (stored_n, lost)
         assert (run.store_errors > 0) is bool(seen) and run.stopped_at is not None
         assert bool(run.last_error) is bool(seen), run.last_error
-        rows = {x.request_body: x for x in store.exchanges()}
+        rows = {x.request_body: x for x in Queries(store).exchanges()}
         assert len(rows) == 6 and {x.state for x in rows.values()} == {"completed"}
-        events = {k: store.events(x.id) for k, x in rows.items()}
+        events = {k: list(Queries(store).events(x.id)) for k, x in rows.items()}
         # Every event is accounted for: stored, or counted as lost.
         received = sum(len(r.arrivals) for r in [before, *readers, after])
         assert sum(len(e) for e in events.values()) + lost == received == stored_n + lost

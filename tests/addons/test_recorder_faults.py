@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import PgDatabase, Recorders, pg_database
@@ -137,7 +138,10 @@ def test_postgresql_locked_until_after_the_recorder_stopped(
         received = sum(len(r.arrivals) for r in [first, *readers])
         assert lost > 0 and stored_n + lost == received
         with Store.open(pg.url, create=False) as store:
-            assert sum(len(store.events(x.id)) for x in store.exchanges()) == stored_n
+            assert (
+                sum(len(list(Queries(store).events(x.id))) for x in Queries(store).exchanges())
+                == stored_n
+            )
             [run] = Runs(store).all()
             assert (run.events_recorded, run.events_lost) == (stored_n, lost)
 
@@ -169,11 +173,11 @@ def test_sqlite_file_deleted_mid_session(
         sum(len(r.arrivals) for r in gone),
     )
     with Store.open(str(db), create=False) as store:  # a fresh file, with what came after
-        rows = {x.request_body: x for x in store.exchanges()}
+        rows = {x.request_body: x for x in Queries(store).exchanges()}
         assert set(rows) == {orjson.dumps(r.b) for r in kept}
         for r in kept:
             x = rows[orjson.dumps(r.b)]
-            assert b"".join(e.raw for e in store.events(x.id)) == r.body
+            assert b"".join(e.raw for e in Queries(store).events(x.id)) == r.body
     runs = orjson.loads(
         subprocess.run(
             [SSETAPE, "stats", "--runs", "--json", "--db", str(db)], capture_output=True, check=True

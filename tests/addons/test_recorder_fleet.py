@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from ssetape.framing.sse import SseParser
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Event
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, pg_schema
@@ -69,7 +70,7 @@ def test_two_recorders_one_postgresql_every_event_once(
 
         store = Store.open(url, create=False)
         try:
-            rows = store.exchanges()
+            rows = Queries(store).exchanges()
             assert len(rows) == 2 * STREAMS
             assert {x.request_body for x in rows} == set(got)  # one exchange per request
             per_recorder: dict[str, int] = {}
@@ -77,7 +78,7 @@ def test_two_recorders_one_postgresql_every_event_once(
             for x in rows:
                 assert x.state == "completed" and x.recorder is not None
                 per_recorder[x.recorder] = per_recorder.get(x.recorder, 0) + 1
-                events = store.events(x.id)
+                events = list(Queries(store).events(x.id))
                 body = got[x.request_body]  # type: ignore[index]
                 assert b"".join(e.raw for e in events) == body
                 assert [e.seq for e in events] == list(range(len(events)))

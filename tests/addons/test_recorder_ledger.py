@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process
@@ -54,8 +55,8 @@ def test_a_backlog_overflow_is_counted_once_and_alike_everywhere(
     assert lost > EVENTS // 2, log  # most of it never reached the recording process
     assert stored + lost == EVENTS, log
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
-        rows = len(store.events(x.id))
+        [x] = Queries(store).exchanges()
+        rows = len(list(Queries(store).events(x.id)))
         [run] = Runs(store).all()
     assert (stored, exchanges) == (rows, 1)
     assert (run.events_recorded, run.events_lost, run.exchanges_lost) == (

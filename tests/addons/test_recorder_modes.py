@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import LISTEN, Proc
 
@@ -44,9 +45,9 @@ def test_https_forward_proxy_with_the_ca(
     assert chunks[-1].usage is not None
     assert proc.stop() == 0
     store = Store.open(proc.db, create=False)
-    (x,) = store.exchanges()
+    (x,) = Queries(store).exchanges()
     assert (x.scheme, x.host) == ("https", "localhost")
-    assert [e.data for e in store.events(x.id)][-1] == "[DONE]"
+    assert [e.data for e in Queries(store).events(x.id)][-1] == "[DONE]"
     # The SDK closes the connection once it has read [DONE]; when that beats the end of the
     # chunked body to the proxy, the transport state is "aborted" (which is true), while
     # the stream itself ended properly: the outcome says so either way.
@@ -98,7 +99,7 @@ def test_addon_loads_into_plain_mitmdump(sim: Simulator, tmp_path: Path, confdir
     p.send_signal(signal.SIGTERM)
     assert p.wait(20) == 0
     store = Store.open(str(db), create=False)
-    (x,) = store.exchanges()
+    (x,) = Queries(store).exchanges()
     assert x.state == "completed" and x.event_count > 5
     store.close()
 
@@ -177,7 +178,7 @@ def test_both_sdks_async_through_the_https_forward_proxy_in_each_encoding(
     assert any(c["choices"] and c["choices"][0]["finish_reason"] for c in direct[0])
     assert proc.stop() == 0, proc.log.decode()
     with Store.open(proc.db, create=False) as store:
-        xs = store.exchanges(order_desc=False)
+        xs = Queries(store).exchanges(newest_first=False)
         assert [x.path for x in xs] == ["/v1/chat/completions", "/v1/messages"]
         for x in xs:
             headers = {k.lower(): v for k, v in x.response_headers or []}

@@ -12,6 +12,7 @@ import pytest
 from mitmproxy import exceptions
 
 from ssetape.addons.recorder import Recorder
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.test_recorder_crash import recording, streamed
 
@@ -71,8 +72,8 @@ def test_an_event_over_ssetape_max_event_is_passed_on_and_named_not_stored(
     relayed = asyncio.run(session())
     assert relayed == chunks  # the client got every byte
     with Store.open(str(tmp_path / "tape.db"), create=False) as store:
-        [x] = store.exchanges()
-        assert [e.data for e in store.events(x.id)] == ["1", "3"]
+        [x] = Queries(store).exchanges()
+        assert [e.data for e in Queries(store).events(x.id)] == ["1", "3"]
         assert x.error is not None and "an event over 2048 bytes at #1 not stored" in x.error
         assert x.gap_seq == 1  # a replay of it stops there and says so
     # Relayed, not stored: counted as lost, so stored + lost is what the client got.

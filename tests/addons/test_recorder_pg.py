@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from ssetape.analysis.knowledge import ANALYSIS_VERSION
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from tests.addons.stores import Recorders, pg_schema
 from tests.addons.test_recorder import CHAT, raw_stream
 from tests.conftest import SSETAPE, start_ssetape
@@ -104,8 +105,8 @@ def test_a_stream_with_nul_bytes_is_stored_whole_on_postgresql_and_replays_exact
         from ssetape.storage.store import Store
 
         with Store.open(url, create=False) as store:
-            [x] = store.exchanges()
-            events = store.events(x.id)
+            [x] = Queries(store).exchanges()
+            events = list(Queries(store).events(x.id))
             assert (x.state, x.error, x.gap_seq) == ("completed", None, None)
             assert [e.raw for e in events] == chunks
             assert events[0].data == '{"t":"a\ufffdb"}'
@@ -177,7 +178,7 @@ def test_a_nul_escape_costs_only_its_own_text_on_postgresql(
                         x.total_tokens,
                         x.analysis_version,
                     )
-                    for x in store.exchanges()
+                    for x in Queries(store).exchanges()
                 )
 
         texts = ["a\ufffdb", *(f"ok {n}" for n in range(1, 5))]

@@ -21,6 +21,7 @@ import pytest
 
 from ssetape.recording.worker import REPORT_EVERY
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import INTERRUPTED, Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process, wait_for
@@ -79,7 +80,7 @@ def test_recording_process_killed_mid_stream(
     with Store.open(db, create=False) as store:
         # Exact, though the first process died between two of its reports: what the store
         # holds is what the exit line and the run rows say, and the rest is counted lost.
-        assert stored_n == sum(x.event_count for x in store.exchanges())
+        assert stored_n == sum(x.event_count for x in Queries(store).exchanges())
         assert stored_n + lost == received
         runs = Runs(store).all()
         assert len(runs) == 2
@@ -87,17 +88,17 @@ def test_recording_process_killed_mid_stream(
             stored_n,
             lost,
         )
-        rows = {x.request_body: x for x in store.exchanges()}
+        rows = {x.request_body: x for x in Queries(store).exchanges()}
         for r in (before, after):
             x = rows[orjson.dumps(r.b)]
             assert x.state == "completed"
-            assert b"".join(e.raw for e in store.events(x.id)) == r.body
+            assert b"".join(e.raw for e in Queries(store).events(x.id)) == r.body
         # The dead process's exchanges: what it stored stays, and they are closed as
         # interrupted by the next process's sweep (their recorder is gone).
         for r in readers:
             x = rows[orjson.dumps(r.b)]
             assert (x.state, x.error) == ("interrupted", INTERRUPTED)
-            assert r.body.startswith(b"".join(e.raw for e in store.events(x.id)))
+            assert r.body.startswith(b"".join(e.raw for e in Queries(store).events(x.id)))
 
 
 def test_ctrl_c_reaches_the_recording_process_too(
@@ -118,8 +119,8 @@ def test_ctrl_c_reaches_the_recording_process_too(
     n = sum(len(r.arrivals) for r in readers)
     assert f"{n} events in 3 exchanges stored, none lost" in proc.log.decode()
     with Store.open(db, create=False) as store:
-        assert {x.state for x in store.exchanges()} == {"completed"}
-        assert sum(x.event_count for x in store.exchanges()) == n
+        assert {x.state for x in Queries(store).exchanges()} == {"completed"}
+        assert sum(x.event_count for x in Queries(store).exchanges()) == n
 
 
 def _zombie(pid: int) -> bool:

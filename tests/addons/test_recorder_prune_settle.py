@@ -23,6 +23,7 @@ import pytest
 
 from ssetape.recording.worker import REPORT_EVERY
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process, store_target, wait_for
 from tests.addons.test_recorder_failopen import Reader
@@ -48,7 +49,7 @@ def stored_by_recorder(db: str) -> dict[str, int]:
     """Event rows in the store now, per recorder id."""
     with Store.open(db, create=False) as store:
         got: dict[str, int] = {}
-        for x in store.exchanges():
+        for x in Queries(store).exchanges():
             assert x.recorder is not None
             got[x.recorder] = got.get(x.recorder, 0) + x.event_count
         return got
@@ -86,7 +87,7 @@ def test_a_prune_after_a_recording_process_died_changes_no_count(
     # `after` and marked the dead one's exchanges interrupted (they are prunable then).
     def quiet() -> dict[str, int] | None:
         with Store.open(db, create=False) as store:
-            if any(x.state == "recording" for x in store.exchanges()):
+            if any(x.state == "recording" for x in Queries(store).exchanges()):
                 return None
         return stored_by_recorder(db)
 

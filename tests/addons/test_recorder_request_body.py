@@ -18,6 +18,7 @@ import httpx
 import orjson
 import pytest
 
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.vocabulary import MAX_BODY
 from tests.addons.stores import Recorders, wait_for
@@ -111,7 +112,7 @@ def test_an_upload_over_the_bound_streams_through_and_replays(
     print(f"proxy peak RSS grew {grown >> 20} MiB (from {started >> 20}) for {UPLOAD >> 20} MiB")
     assert grown < PROXY_GROWTH, f"the proxy's peak grew {grown >> 20} MiB"
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert x.state == "completed"
         assert x.request_body is not None
         stand_in = {"ssetape_body_not_stored": {"bytes": UPLOAD, "sha256": sha}}
@@ -155,7 +156,7 @@ def test_an_upload_the_upstream_refuses_before_its_end_is_recorded(
             pass
         assert proc.stop() == 0, proc.log.decode()
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.state, x.status) == ("completed", 413)
         assert x.error is not None and "upstream answered after" in x.error
         assert x.request_body is not None
@@ -176,7 +177,7 @@ def test_a_small_chunked_body_is_stored_and_redacted_as_before(
     assert r.json()["bytes"] == len(orjson.dumps(doc))
     assert proc.stop() == 0, proc.log.decode()
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert x.request_body is not None
         stored = orjson.loads(x.request_body)
         assert stored["model"] == "m" and stored["secret"] != "hunter2"
@@ -227,4 +228,6 @@ def test_a_trickled_body_does_not_hold_the_proxy(
     assert proc.stop() == 0, proc.log.decode()
     assert "Traceback" not in proc.log.decode()
     with Store.open(db, create=False) as store:
-        assert wait_for(lambda: [x.state for x in store.exchanges()]).count("completed") == 1
+        assert (
+            wait_for(lambda: [x.state for x in Queries(store).exchanges()]).count("completed") == 1
+        )

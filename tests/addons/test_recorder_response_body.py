@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.testing.tape_session import TapeSession
 from ssetape.vocabulary import Header
@@ -108,7 +109,7 @@ def test_a_body_over_the_bound_passes_whole_and_is_stored_as_its_size_and_hash(
     assert got["/small"] == SMALL and got["/sse"] == SSE
     sha = hashlib.sha256(BODY).hexdigest()
     with Store.open(db, create=False) as store:
-        xs = {x.path: x for x in store.exchanges()}
+        xs = {x.path: x for x in Queries(store).exchanges()}
         for path in ("/big", "/big-chunked"):
             x = xs[path]
             assert x.state == "completed"
@@ -121,7 +122,7 @@ def test_a_body_over_the_bound_passes_whole_and_is_stored_as_its_size_and_hash(
         assert small.response_body == SMALL and small.response_body_bytes is None
         assert small.error is None
         assert sse.is_stream and sse.error is None and sse.response_body_bytes is None
-        assert [e.raw for e in store.events(sse.id)] == [
+        assert [e.raw for e in Queries(store).events(sse.id)] == [
             b'data: {"n":1}\n\n', b'data: {"n":2}\n\n', b"data: [DONE]\n\n"
         ]  # fmt: skip
         big_id = xs["/big"].id

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import httpx
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.test_recorder import CHAT, raw_stream
@@ -25,7 +26,7 @@ def test_clean_session_counts_and_a_replay_leaves_no_run(
 
     with Store.open(rec.db, create=False) as store:
         [run] = Runs(store).all()
-        x = store.exchanges()[0]
+        x = Queries(store).exchanges()[0]
         assert run.recorder == x.recorder
         assert (run.exchanges_recorded, run.events_recorded) == (1, int(m.group(1)))
         assert run.events_recorded == x.event_count > 0

@@ -163,4 +163,4 @@ def test_the_session_option_changed_at_runtime_names_the_exchanges_after_it(
 
     asyncio.run(run())
     with Store.open(str(tmp_path / "tape.db"), create=False) as store:
-        assert sorted(x.session or "" for x in store.exchanges()) == ["s1", "s2"]
+        assert sorted(x.session or "" for x in Queries(store).exchanges()) == ["s1", "s2"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from ssetape.framing.sse import SseParser
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, recording_process
@@ -82,8 +83,8 @@ def test_a_clean_stop_counts_what_a_stopped_recording_process_never_took(
     assert m, log
     stored, exchanges, lost, lost_exchanges = map(int, m.groups())
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
-        rows = len(store.events(x.id))
+        [x] = Queries(store).exchanges()
+        rows = len(list(Queries(store).events(x.id)))
         [run] = Runs(store).all()
     # Most of it never reached the recording process, and all of it is accounted for.
     assert (stored, exchanges, lost_exchanges) == (rows, 1, 0)
@@ -111,8 +112,8 @@ def test_a_clean_stop_counts_what_a_stopped_recording_process_never_took_of_a_js
     assert m, log
     stored, exchanges, lost, lost_exchanges = map(int, m.groups())
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
-        rows = store.events(x.id)
+        [x] = Queries(store).exchanges()
+        rows = list(Queries(store).events(x.id))
         [run] = Runs(store).all()
     kept = b"".join(e.raw for e in rows)
     assert (stored, exchanges, lost_exchanges) == (len(rows), 1, 0) and lost > 0

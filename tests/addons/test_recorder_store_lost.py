@@ -24,6 +24,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, pg_database
@@ -78,8 +79,8 @@ def test_postgresql_blackholed_while_the_recorder_stops(
             relay.close()
         stored, exchanges, lost, lost_exchanges = exit_counts(proc)
         with Store.open(pg.url, create=False) as store:
-            rows = store.exchanges()
-            kept = sum(len(store.events(x.id)) for x in rows)
+            rows = Queries(store).exchanges()
+            kept = sum(len(list(Queries(store).events(x.id))) for x in rows)
         assert (stored, exchanges) == (kept, len(rows))
         assert stored + lost == events([*before, *during])
         assert lost_exchanges == 9 - len(rows) > 0
@@ -112,9 +113,11 @@ def test_store_folder_unreadable_for_a_while(sim: Simulator, tmp_path: Path, con
     assert "cannot tell whether" in log and "was deleted" not in log, log
     readers = [*before, *during, *after]
     with Store.open(db, create=False) as store:
-        rows = {x.request_body: x for x in store.exchanges()}
+        rows = {x.request_body: x for x in Queries(store).exchanges()}
         for r in readers:  # every exchange stored whole
-            assert b"".join(e.raw for e in store.events(rows[orjson.dumps(r.b)].id)) == r.body
+            assert (
+                b"".join(e.raw for e in Queries(store).events(rows[orjson.dumps(r.b)].id)) == r.body
+            )
         [run] = Runs(store).all()
     assert (stored, exchanges, lost, lost_exchanges) == (events(readers), 6, 0, 0)
     assert (run.events_recorded, run.events_lost) == (stored, 0)
@@ -165,10 +168,12 @@ def test_store_file_deleted_while_its_folder_is_immutable(
         assert (lost, lost_exchanges) == (events([*gone, *during]), 4)
         return
     with Store.open(str(db), create=False) as store:  # a new file, with what came after
-        rows = {x.request_body: x for x in store.exchanges()}
+        rows = {x.request_body: x for x in Queries(store).exchanges()}
         kept = [*during, *after]
         assert set(rows) == {orjson.dumps(r.b) for r in kept}
         for r in kept:
-            assert b"".join(e.raw for e in store.events(rows[orjson.dumps(r.b)].id)) == r.body
+            assert (
+                b"".join(e.raw for e in Queries(store).events(rows[orjson.dumps(r.b)].id)) == r.body
+            )
     assert (stored, exchanges) == (events(kept), 4)
     assert (lost, lost_exchanges) == (events(gone), 2)

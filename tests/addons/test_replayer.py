@@ -19,6 +19,7 @@ from sqlalchemy import delete, func, select, update
 from ssetape.framing.sse import SseParser
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import SIM_SPEED, Proc, tls_simulator
 
@@ -78,11 +79,11 @@ def test_replay_is_byte_identical_with_recorded_gaps(
     proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
     store = Store.open(db, create=False)
     for (path, body), (status, raw, _), x in zip(
-        calls, recorded, sorted(store.exchanges(), key=lambda x: x.id), strict=True
+        calls, recorded, sorted(Queries(store).exchanges(), key=lambda x: x.id), strict=True
     ):
         got_status, got_raw, times = timed(proc.url, path, body)
         assert (got_status, got_raw) == (status, raw)
-        offsets = [e.offset_us / 1e6 for e in store.events(x.id)]
+        offsets = [e.offset_us / 1e6 for e in Queries(store).events(x.id)]
         assert len(times) == len(offsets)
         # Each event on its recorded schedule, counted from the request: never early. Events
         # are due at absolute deadlines, so after a late first event (a loaded CI was 6 ms
@@ -107,8 +108,8 @@ def test_replay_over_http2_in_clear_text(ssetape_proc: Callable[..., Proc], db: 
     upstream, [(status, raw, _)] = record(ssetape_proc, [call], db)
     proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
     with Store.open(db, create=False) as store:
-        (x,) = store.exchanges()
-        offsets = [e.offset_us / 1e6 for e in store.events(x.id)]
+        (x,) = Queries(store).exchanges()
+        offsets = [e.offset_us / 1e6 for e in Queries(store).events(x.id)]
     got_status, got_raw, times = timed(proc.url, *call, http2=True)
     assert (got_status, got_raw) == (status, raw)
     late = [t - o for t, o in zip(times, offsets, strict=True)]
@@ -162,8 +163,8 @@ def test_truncated_and_error_recordings_replay_as_recorded(
         assert rec.stop() == 0
         upstream = sim.url
     store = Store.open(db, create=False)
-    truncated = next(x for x in store.exchanges() if x.state == "truncated")
-    recorded_cut = b"".join(e.raw for e in store.events(truncated.id))
+    truncated = next(x for x in Queries(store).exchanges() if x.state == "truncated")
+    recorded_cut = b"".join(e.raw for e in Queries(store).events(truncated.id))
     store.close()
 
     proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", db=db)
@@ -206,7 +207,7 @@ def test_record_modes(ssetape_proc: Callable[..., Proc], sim: Simulator, db: str
 
     def count() -> int:
         s = Store.open(db, create=False)
-        n = len(s.exchanges())
+        n = len(Queries(s).exchanges())
         s.close()
         return n
 
@@ -333,12 +334,13 @@ def test_a_recording_with_a_gap_replays_cut_there_and_says_so(
     upstream, [(_, raw, _)] = record(ssetape_proc, [("/v1/chat/completions", CHAT)], db)
     why = "4096 bytes not recorded: the recording process fell behind"
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
-        events = store.events(x.id)
+        [x] = Queries(store).exchanges()
+        events = list(Queries(store).events(x.id))
         with store.Session.begin() as s:  # as a recording process that fell behind leaves it
             s.execute(update(Exchange).where(Exchange.id == x.id).values(gap_seq=5, error=why))
     before_gap = b"".join(e.raw for e in events[:5])
-    extra = [] if path == "direct" else ["--record-mode", "new_episodes"]
+    # A mitmproxy option keeps mitmproxy (and the replayer addon) in the path.
+    extra = [] if path == "direct" else ["--set", "http2=true"]
     for allow in (False, True):
         flags = ["--allow-gaps"] if allow else []
         proc = ssetape_proc("replay", "--mode", f"reverse:{upstream}", *extra, *flags, db=db)
@@ -393,7 +395,10 @@ def test_new_episodes_records_a_cut_recording_again(
     assert p.stop() == 0
     assert b"recording POST 127.0.0.1" in p.log and b"(#1) were cut short" in p.log
     store = Store.open(db, create=False)
-    assert [x.state for x in store.exchanges()] == ["completed", "truncated"]  # newest first
+    assert [x.state for x in Queries(store).exchanges()] == [
+        "completed",
+        "truncated",
+    ]  # newest first
     store.close()
     p = ssetape_proc("replay", "--mode", f"reverse:{sim.url}", "--speed", "0", db=db)
     assert b"data: [DONE]" in served(p.url)  # the whole one, though the cut one came first

@@ -15,6 +15,7 @@ from mitmproxy import exceptions
 from ssetape.addons.recorder import Recorder
 from ssetape.recording.protocol import RetentionPolicy
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, store_target, wait_for
 from tests.ssetape.recording.test_retention import DAY, EVENTS, fill, kept
@@ -123,8 +124,8 @@ def test_ssetape_record_prunes_old_exchanges_and_records_new_ones(
             and "ssetape: retention: pruned 3 exchange(s) started before" in (said[0])
         ), proc.log.decode()
         with Store.open(db, create=False) as store:
-            rows = {x.uid: x for x in store.exchanges()}
+            rows = {x.uid: x for x in Queries(store).exchanges()}
             [new] = [x for uid, x in rows.items() if uid != "recent"]
             assert len(rows) == 2 and "recent" in rows
             assert new.state == "completed" and new.request_body == body
-            assert len(store.events(new.id)) == new.event_count > 0
+            assert len(list(Queries(store).events(new.id))) == new.event_count > 0

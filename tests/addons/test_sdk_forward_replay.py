@@ -15,6 +15,7 @@ import anthropic
 import openai
 import pytest
 
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc, tls_simulator
 
@@ -117,7 +118,7 @@ def test_every_sdk_replays_through_forward_https_with_its_timing(
     )
     # The simulator is gone: every answer below comes from the tape.
     with Store.open(db, create=False) as store:
-        xs = store.exchanges(order_desc=False)
+        xs = Queries(store).exchanges(newest_first=False)
         assert {x.api for x in xs} == {"chat_completions", "messages", "gemini"}
         took_then = {x.api: (x.duration_us or 0) / 1e6 for x in xs}
     assert all(len(r) > 3 for r in recorded.values()), recorded
@@ -155,7 +156,7 @@ def test_speed_zero_through_forward_https_is_at_once(
             recorded = c.post(base + "/v1/chat/completions", json=body).content
         assert rec.stop() == 0
     with Store.open(db, create=False) as store:
-        (x,) = store.exchanges()
+        (x,) = Queries(store).exchanges()
         recorded_s = (x.duration_us or 0) / 1e6
     proc = ssetape_proc("replay", "--speed", "0", db=db)
     with httpx.Client(proxy=proc.url, verify=ca, http2=http2, timeout=60) as c:
@@ -170,9 +171,9 @@ def test_speed_zero_through_forward_https_is_at_once(
 def test_a_burst_of_sdk_clients_replays_through_mitmproxy_when_misses_may_be_recorded(
     ssetape_proc: Callable[..., Proc], tmp_path: Path, confdir: Path
 ) -> None:
-    """Record mode new_episodes keeps mitmproxy in the path (a miss is forwarded and
-    recorded); 24 clients that tunnel at once each take a handshake slot in turn, and each
-    gets the recorded stream."""
+    """Record mode new_episodes (the replay server in front, a miss relayed to the recording
+    proxy): 24 clients that tunnel at once each take a handshake slot in turn, and each gets
+    the recorded stream."""
     ca = confdir / "mitmproxy-ca-cert.pem"
     db = str(tmp_path / "tape.db")
     base, recorded = record_sdks(ssetape_proc, tmp_path, confdir, Sdks.openai_sync)

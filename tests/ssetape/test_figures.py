@@ -7,6 +7,7 @@ surface that counted the comments as progress would see gaps of 0.5 s."""
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 from collections.abc import Iterator
@@ -24,10 +25,13 @@ from ssetape.storage.store import Store
 from ssetape.testing.stream_checks import assert_no_gap_over
 from ssetape.testing.stream_record import read_records
 from ssetape.views.timeline import fmt_us
+from ssetape.vocabulary import fault_choices
 from ssetape.web.app import create_app
 from tests.conftest import SSETAPE
-from tests.ssetape.mcp_server.client import call, in_memory
+from tests.ssetape.mcp_server.client import call, error, in_memory, tools
 from tests.ssetape.web.conftest import chat, record
+
+FAULTS = fault_choices()
 
 
 def _cli(*args: str) -> str:
@@ -143,7 +147,58 @@ def test_every_surface_counts_the_same_failed_exchanges(db: str) -> None:
     assert sorted(r["id"] for r in mcp["failed"]["exchanges"]) == sorted(r["id"] for r in failed)
 
 
+def test_every_surface_counts_the_same_failures_of_each_fault(db: str) -> None:
+    """Whose failures a count counts (docs/FIGURES.md): `stats --fault`, `list --fault`, the
+    viewer's ``?fault=`` and MCP's ``fault`` agree, fault by fault, and refuse the unknown."""
+    cli = {f: orjson.loads(_cli("stats", "--db", db, "--json", "--fault", f)) for f in FAULTS}
+    listed = {
+        f: {r["id"] for r in orjson.loads(_cli("list", "--db", db, "--outcome", "failed",
+                                              "--fault", f, "--json"))}
+        for f in FAULTS
+    }  # fmt: skip
+    # The simulator's error event and its 429 are the provider's; nothing else failed.
+    assert [len(listed[f]) for f in FAULTS] == [2, 0, 0, 0, 2]
+    assert {f: g["failed"] for f, [g] in cli.items()} == {f: len(ids) for f, ids in listed.items()}
+    assert cli["any"][0]["faults"] == {"provider": 2, "client": 0, "network": 0, "ssetape": 0}
+    store = Store.open(db)
+    try:
+        with TestClient(create_app(Queries(store))) as web:
+            pages = {f: web.get("/", params={"outcome": "failed", "fault": f}).text for f in FAULTS}
+            stats_pages = {f: web.get("/stats", params={"fault": f}).text for f in FAULTS}
+            bad_list = web.get("/", params={"fault": "recorder"}).text
+            bad_stats = web.get("/stats", params={"fault": "recorder"}).text
+
+        async def body(client: Any) -> dict[str, Any]:
+            got: dict[str, Any] = {"bad": await error(client, "list_exchanges", fault="x")}
+            listed = await tools(client)
+            got["offered"] = [
+                listed[name]["inputSchema"]["properties"]["fault"]
+                for name in ("list_exchanges", "stats")
+            ]
+            for f in FAULTS:
+                got[f] = (await call(client, "list_exchanges", outcome="failed", fault=f),
+                          await call(client, "stats", fault=f))  # fmt: skip
+            return got
+
+        mcp = in_memory(store, body)
+    finally:
+        store.close()
+    for f in FAULTS:
+        assert {int(i) for i in re.findall(r'<tr data-id="(\d+)"', pages[f])} == listed[f]
+        [row] = re.findall(r'<tr data-group="all">(.*?)</tr>', stats_pages[f])
+        assert re.findall(r"<td>(.*?)</td>", row)[2] == str(len(listed[f]))
+        found, stats = mcp[f]
+        assert {r["id"] for r in found["exchanges"]} == listed[f]
+        assert stats["fault"] == f and stats["groups"][0]["failed"] == len(listed[f])
+    # What MCP offers an agent is the vocabulary, whole.
+    assert mcp["offered"][0]["anyOf"][0]["enum"] == mcp["offered"][1]["enum"] == FAULTS
+    choices = "is not one of provider, client, network, ssetape, any"
+    assert f"'x' {choices}" in mcp["bad"]
+    for page in (bad_list, bad_stats):  # named on the page, the rest of it shown
+        assert f"'recorder' {choices}" in html.unescape(page)
+
+
 def test_the_figures_are_written_down() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "FIGURES.md").read_text()
-    for word in ("TTFT", "gap", "duration", "failed", "keep-alive", "micro-dollar"):
+    for word in ("TTFT", "gap", "duration", "failed", "keep-alive", "micro-dollar", "fault"):
         assert word in doc

@@ -38,7 +38,7 @@ LAYERS = [
     {"storage", "migrations"},
     {"cost"},
     {"analysis"},
-    {"recording", "replay", "cassettes", "simulator"},
+    {"recording", "replay", "cassettes", "simulator", "telemetry"},
     {"addons", "testing", "views", "web", "mcp_server"},
     {"cli"},
 ]

@@ -18,6 +18,7 @@ from ssetape.storage import partitions
 from ssetape.storage.batch import BEGIN, EVENTS_OP, Batch, BatchSql
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.prune import Pruner, PruneReport
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store, alembic_config
 from tests.addons.stores import pg_schema
 from tests.ssetape.cli.test_prune_cli import cli, prune
@@ -162,7 +163,7 @@ def test_an_existing_store_is_converted_in_place_and_loses_nothing(store_url: st
         ]
         uid = record_one(store, 4)
         assert where_events(store, [uid]) == {(partitions.LEGACY, TODAY)}
-        assert store.events(xid)[-1].seq == 39
+        assert list(Queries(store).events(xid))[-1].seq == 39
         # And back: a downgrade keeps every row too.
         with store.engine.begin() as conn:
             cfg.attributes["connection"] = conn
@@ -260,7 +261,9 @@ def test_a_batch_repeated_after_midnight_stores_no_event_twice(store: Store) -> 
     with store.engine.connect() as conn:
         seqs = conn.execute(text("SELECT seq FROM events ORDER BY seq")).scalars().all()
     assert seqs == list(range(len(rows)))
-    assert store.exchange(uid) is not None and store.exchange(uid).event_count == len(rows)  # type: ignore[union-attr]
+    assert Queries(store).exchange(uid) is not None and Queries(store).exchange(
+        uid
+    ).event_count == len(rows)  # type: ignore[union-attr]
 
 
 def test_a_prune_stopped_between_detach_and_drop_is_finished_by_the_next(store: Store) -> None:

@@ -240,7 +240,7 @@ def test_writers_share_two_server_connections_past_the_prepare_threshold(
             s = w.stats
             assert (s.exchanges, s.events, s.failed_batches, s.last_error) == (25, 75, 0, None)
         with Store.open(pooled.direct) as direct:
-            xs = direct.exchanges()
+            xs = Queries(direct).exchanges()
             assert len(xs) == 75 and {x.event_count for x in xs} == {3}
     finally:
         for s in stores:

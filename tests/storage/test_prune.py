@@ -28,6 +28,7 @@ from ssetape.records import EventRow
 from ssetape.storage.ledger import WriterStats
 from ssetape.storage.models import Chunk, Event, Exchange, Finding
 from ssetape.storage.prune import Pruner, PruneReport
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -254,8 +255,8 @@ def test_dry_run_counts_what_the_prune_then_removes_and_spares_the_rest(
     feed.events(flying, chat_rows(0))  # its usage chunk and [DONE]
     feed.writer.finish(flying, state="completed")
     feed.settle()
-    still = store.exchange(flying)
-    assert still is not None and len(store.events(still.id)) == feed.sent[flying]
+    still = Queries(store).exchange(flying)
+    assert still is not None and len(list(Queries(store).events(still.id))) == feed.sent[flying]
     feed.close()
 
 
@@ -322,7 +323,7 @@ def test_batches_stay_bounded_and_a_big_exchange_goes_in_slices(
         feed.exchange(OLD + dt.timedelta(seconds=i), 2 + i % 9)
     big = feed.exchange(OLD + dt.timedelta(seconds=15, milliseconds=1), 80)  # > batch_rows
     feed.close()
-    per = {x.uid: x.event_count for x in store.exchanges()}
+    per = {x.uid: x.event_count for x in Queries(store).exchanges()}
     assert per[big] > 50
     before = counts(store)
 
@@ -449,7 +450,7 @@ def test_an_exchange_counted_as_still_recording_is_still_there(store: Store, fee
     report = Pruner(store, batch_rows=10).prune(CUT, on_batch=on_batch)
     feed.close()
     assert report.in_flight == 1
-    assert store.exchange(flying) is not None, (
+    assert Queries(store).exchange(flying) is not None, (
         f"reported {report.in_flight} still recording, kept; but it was deleted "
         f"(report: {report.line()})"
     )

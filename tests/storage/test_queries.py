@@ -54,6 +54,15 @@ def test_events_come_in_pages_by_seq(
     assert [x.id for x in queries.exchanges(limit=1)] == [xid]
 
 
+def test_exchanges_events_and_chunks_are_read_through_queries_only() -> None:
+    """One query layer: the store opens, migrates and keeps settings, but has no read of
+    exchanges, events or chunks of its own (Store.events read a whole stream into a list)."""
+    assert not {"exchange", "exchanges", "events", "chunks"} & set(dir(Store))
+    public = [n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))]
+    reads = [n for n in public if any(w in n for w in ("exchange", "event", "chunk"))]
+    assert reads == [], reads
+
+
 # Both ways SQLite reads a filtered page (see storage.narrowing): a value this few exchanges
 # have through its index, one that many have along the time index.
 @pytest.mark.parametrize("common", [None, 2], ids=["rare", "common"])

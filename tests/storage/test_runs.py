@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import event
 
 from ssetape.storage.models import Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import (
     INTERRUPTED,
     STALE_AFTER,
@@ -119,7 +120,7 @@ def test_mark_gone_interrupted_touches_only_gone_recorders(
         for name, fields in rows.items():
             s.add(Exchange(uid=name.ljust(32, "x"), **fields))
     assert runs.mark_gone_interrupted(alive=[live_here]) == 3
-    got = {x.uid.rstrip("x"): (x.state, x.error) for x in store.exchanges()}
+    got = {x.uid.rstrip("x"): (x.state, x.error) for x in Queries(store).exchanges()}
     assert got == {
         "dead": ("interrupted", INTERRUPTED),
         "dead-done": ("completed", None),

@@ -32,6 +32,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, text
 
 from ssetape.cli.main import main
+from ssetape.storage.queries import Queries
 from ssetape.storage.standby import is_standby, standby_state
 from ssetape.storage.store import Store, StoreError, alembic_config
 from tests.storage.test_prune import Feed, chat_rows
@@ -242,9 +243,9 @@ def test_readers_read_the_standby_and_say_how_far_behind_it_is(pair: Pair, tmp_p
         with Store.open(str(tmp_path / "copy.db")) as copy:
             code, out, err = cli("import", str(tape), "--db", str(tmp_path / "copy.db"))
             assert code == 0, err
-            (got,) = copy.exchanges()
+            (got,) = Queries(copy).exchanges()
             assert got.request_body is not None and b"finished" in got.request_body
-            assert len(copy.events(got.id)) == feed.sent[done]
+            assert len(list(Queries(copy).events(got.id))) == feed.sent[done]
         assert not unused.exists()
         # --db naming the standby itself: it is read, nothing is marked there.
         code, out, err = cli("list", "--db", pair.standby, "--json")
@@ -305,7 +306,6 @@ def test_the_viewer_and_agents_say_they_read_a_standby(pair: Pair) -> None:
     from mcp import ClientSession
     from starlette.testclient import TestClient
 
-    from ssetape.storage.queries import Queries
     from ssetape.web.app import create_app
     from tests.ssetape.mcp_server.test_server import call, in_memory
 

@@ -20,6 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import delete, func, inspect, select, text
 
 from ssetape.storage.models import Base, Chunk, Event, Exchange, include_object
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store, StoreError
 
 Fields = Callable[..., dict[str, Any]]
@@ -32,7 +33,7 @@ TABLES = {
     "recorder_runs",
     "alembic_version",
 }
-HEAD = "0014"  # the newest revision in migrations/versions
+HEAD = "0016"  # the newest revision in migrations/versions
 
 
 def test_the_head_a_store_opens_at_without_alembic_is_alembics() -> None:
@@ -233,7 +234,7 @@ def test_exchange_round_trip(store: Store, exchange_fields: Fields) -> None:
     xid = add_exchange(
         store, exchange_fields, "a" * 32, started_at=started, request_headers=headers
     )
-    ex = store.exchange(xid)
+    ex = Queries(store).exchange(xid)
     assert ex is not None
     assert ex.uid == "a" * 32
     assert ex.started_at == started and ex.started_at.tzinfo is not None
@@ -242,10 +243,10 @@ def test_exchange_round_trip(store: Store, exchange_fields: Fields) -> None:
     assert ex.request_body == b'{"model":"gpt-4o-mini","stream":true}'
     assert ex.response_headers is None and ex.status is None
     assert ex.state == "recording" and ex.event_count == 0
-    assert store.exchange("a" * 32) is not None
-    assert store.exchange(str(xid)) is not None
-    assert store.exchange(xid + 1000) is None
-    assert store.exchange("f" * 32) is None
+    assert Queries(store).exchange("a" * 32) is not None
+    assert Queries(store).exchange(str(xid)) is not None
+    assert Queries(store).exchange(xid + 1000) is None
+    assert Queries(store).exchange("f" * 32) is None
 
 
 def test_exchanges_order_and_limit(store: Store, exchange_fields: Fields) -> None:
@@ -254,9 +255,9 @@ def test_exchanges_order_and_limit(store: Store, exchange_fields: Fields) -> Non
         add_exchange(
             store, exchange_fields, f"{i:032x}", started_at=base + dt.timedelta(minutes=minutes)
         )
-    assert [e.uid[-1] for e in store.exchanges()] == ["0", "2", "1"]
-    assert [e.uid[-1] for e in store.exchanges(order_desc=False)] == ["1", "2", "0"]
-    assert [e.uid[-1] for e in store.exchanges(limit=2)] == ["0", "2"]
+    assert [e.uid[-1] for e in Queries(store).exchanges()] == ["0", "2", "1"]
+    assert [e.uid[-1] for e in Queries(store).exchanges(newest_first=False)] == ["1", "2", "0"]
+    assert [e.uid[-1] for e in Queries(store).exchanges(limit=2)] == ["0", "2"]
 
 
 def test_events_and_chunks_in_seq_order_and_cascade(store: Store, exchange_fields: Fields) -> None:
@@ -275,10 +276,10 @@ def test_events_and_chunks_in_seq_order_and_cascade(store: Store, exchange_field
                 )
             )
             s.add(Chunk(exchange_id=xid, seq=seq, offset_us=seq * 10, data=bytes([seq]) * 3))
-    events = store.events(xid)
+    events = list(Queries(store).events(xid))
     assert [e.seq for e in events] == [0, 1, 2]
     assert b"".join(e.raw for e in events) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
-    assert [c.data for c in store.chunks(xid)] == [b"\0\0\0", b"\1\1\1", b"\2\2\2"]
+    assert [c.data for c in Queries(store).chunks(xid)] == [b"\0\0\0", b"\1\1\1", b"\2\2\2"]
     with store.Session.begin() as s:
         s.execute(delete(Exchange).where(Exchange.id == xid))
     with store.Session() as s:
@@ -294,11 +295,11 @@ def test_mark_interrupted(store: Store, exchange_fields: Fields) -> None:
     add_exchange(store, exchange_fields, "2" * 32, recorder="b:2:0")
     add_exchange(store, exchange_fields, "3" * 32, recorder="a:1:0", state="completed")
     assert store.mark_interrupted(recorder="a:1:0") == 1
-    states = {e.uid[0]: e.state for e in store.exchanges()}
+    states = {e.uid[0]: e.state for e in Queries(store).exchanges()}
     assert states == {"1": "interrupted", "2": "recording", "3": "completed"}
     assert store.mark_interrupted() == 1
     assert store.mark_interrupted() == 0
-    assert {e.state for e in store.exchanges()} == {"interrupted", "completed"}
+    assert {e.state for e in Queries(store).exchanges()} == {"interrupted", "completed"}
 
 
 # For LIKE: the model prefix (0010) and --grep's trigrams (0011).

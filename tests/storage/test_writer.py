@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 
 from ssetape.records import EventRow
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -100,9 +101,9 @@ def test_threads_write_all_events_in_order(
     assert writer.flush(timeout=20)
 
     assert stored(store) == {uid(i): list(range(per)) for i in range(n_exchanges)}
-    for ex in store.exchanges():
+    for ex in Queries(store).exchanges():
         assert (ex.event_count, ex.state, ex.status, ex.duration_us) == (per, "completed", 200, 123)
-        events = store.events(ex.id)
+        events = list(Queries(store).events(ex.id))
         assert [e.offset_us for e in events] == [seq * 1000 for seq in range(per)]
         assert events[7].data == f'{{"tag":"{int(ex.uid, 16)}","seq":7}}'
     stats = writer.stats
@@ -148,7 +149,7 @@ def test_late_events_after_finish_and_a_new_writer_find_the_exchange(
     assert second.flush()
     second.close()
     assert stored(store) == {uid(1): [0, 1, 2, 3, 4]}
-    ex = store.exchange(uid(1))
+    ex = Queries(store).exchange(uid(1))
     assert ex is not None and (ex.event_count, ex.error) == (5, "late")
     assert second.stats.dropped_events == 5
 
@@ -181,7 +182,7 @@ def test_lock_out_is_one_episode_then_writes_resume(
     stats = writer.stats
     assert stats.dropped_events == 0 and stats.last_error is not None
     assert stored(store) == {uid(1): list(range(60))}
-    ex = store.exchange(uid(1))
+    ex = Queries(store).exchange(uid(1))
     assert ex is not None and (ex.event_count, ex.state) == (60, "completed")
     lines = [r.getMessage() for r in caplog.records if r.name == "ssetape.storage"]
     assert len([m for m in lines if "cannot write to" in m]) == 1, lines
@@ -239,11 +240,11 @@ def test_rejected_ops_cost_only_themselves(
     writer.finish(uid(3), state="completed")
     assert writer.flush()
     assert stored(store) == {uid(1): list(range(15)), uid(3): [0, 1, 2]}
-    one = store.exchange(uid(1))
-    three = store.exchange(uid(3))
+    one = Queries(store).exchange(uid(1))
+    three = Queries(store).exchange(uid(3))
     assert one is not None and one.event_count == 15
     assert three is not None and (three.event_count, three.state) == (3, "completed")
-    assert store.exchange(uid(2)) is None
+    assert Queries(store).exchange(uid(2)) is None
     stats = writer.stats
     assert stats.dropped_events == 4 and stats.failed_batches >= 1
     rejected = [r for r in caplog.records if "rejected" in r.getMessage()]
@@ -269,7 +270,7 @@ def test_pending_rows_are_capped(store: Store, exchange_fields: Fields, event_ro
     assert writer.flush()
     writer.close()
     assert stored(store) == {uid(1): list(range(99))}
-    ex = store.exchange(uid(1))
+    ex = Queries(store).exchange(uid(1))
     assert ex is not None and (ex.state, ex.event_count) == ("completed", 99)
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from ssetape.records import EventRow
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.store_file import LOST_WITH_FILE
 from ssetape.storage.writer import Writer
@@ -59,7 +60,7 @@ def writer_for(url: str, **kwargs: Any) -> tuple[Store, Writer]:
 
 def count(url: str) -> int:
     with Store.open(url, create=False) as store:
-        return sum(x.event_count for x in store.exchanges())
+        return sum(x.event_count for x in Queries(store).exchanges())
 
 
 def test_a_silent_network_is_cut_and_retried_then_everything_is_stored(
@@ -148,7 +149,7 @@ def test_nul_in_text_is_stored_per_event_on_postgresql(
         writer.finish(uid(1), state="completed")
         assert writer.flush()
         writer.close()
-        events = store.events(store.exchanges()[0].id)
+        events = list(Queries(store).events(Queries(store).exchanges()[0].id))
         assert [e.seq for e in events] == list(range(21))  # no neighbour lost
         assert events[7].raw == nul  # the exact bytes, for replay and export
         assert events[7].data == '{"t":"a\ufffdb"}' and events[7].event == "mess\ufffdage"
@@ -182,9 +183,9 @@ def test_a_deleted_store_file_is_detected_counted_and_started_afresh(
     assert db.exists()
     with Store.open(str(db), create=False) as fresh:
         assert stored(fresh) == {uid(2): list(range(5, 10)), uid(3): [0, 1, 2, 3]}
-        two = fresh.exchange(uid(2))
+        two = Queries(fresh).exchange(uid(2))
         assert two is not None and two.gap_seq == 0 and LOST_WITH_FILE in (two.error or "")
-        three = fresh.exchange(uid(3))
+        three = Queries(fresh).exchange(uid(3))
         assert three is not None and (three.gap_seq, three.error) == (None, None)
     # Stored is what the file holds; lost is what went with the old one; together, all.
     assert (stats.events, stats.dropped_events) == (9, 15)

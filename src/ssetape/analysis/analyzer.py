@@ -14,6 +14,7 @@ import json
 import math
 import re
 from array import array
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,8 +22,11 @@ import orjson
 
 from ssetape.analysis.api_rules import ApiRules
 from ssetape.analysis.apis import APIS, UNKNOWN, api_of_body, api_of_event, detect_api
+from ssetape.analysis.ending import fallback_outcome, outcome_of
+from ssetape.analysis.fault import fault_of
 from ssetape.analysis.findings import UNMODELLED, Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
+from ssetape.analysis.request_text import request_text
 from ssetape.analysis.tally import Tally
 from ssetape.framing.json_array import JsonArrayParser
 from ssetape.vocabulary import ExchangeState, Outcome
@@ -32,13 +36,6 @@ __all__ = ["MAX_ERROR_BODY", "Analysis", "Analyzer"]
 MAX_ERROR_BODY = 64 << 10  # bytes of a streamed HTTP error kept to read its label from
 
 _STATES = frozenset(ExchangeState)
-# How the transport ended, when the stream itself said nothing.
-_TRANSPORT_OUTCOMES: dict[str, Outcome] = {
-    ExchangeState.ABORTED: Outcome.ABORTED,
-    ExchangeState.FAILED: Outcome.NO_RESPONSE,
-    ExchangeState.INTERRUPTED: Outcome.INTERRUPTED,
-    ExchangeState.RECORDING: Outcome.RECORDING,
-}
 # Stands for "data was not JSON", distinct from any value orjson can return.
 _BAD_JSON = object()
 
@@ -49,6 +46,8 @@ class Analysis:
     model: str | None
     outcome: str
     reason: str | None
+    # Who made it fail (vocabulary.Fault; analysis.fault), None if it did not.
+    fault: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
@@ -69,10 +68,13 @@ class Analysis:
     output_text: str = ""
     refusal_text: str = ""
     reasoning_text: str = ""
+    # The request's prompt (ssetape.analysis.request_text), searched beside the output.
+    request_text: str | None = None
     # The first MAX_TOOL_CALLS (ssetape.analysis.tool_calls), and how many the stream opened.
     tool_calls: list[dict[str, str]] = field(default_factory=list)
     tool_calls_total: int = 0
     findings: list[Finding] = field(default_factory=list)
+    session: dict[str, object] | None = None  # a WebSocket session's (analysis.sessions)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -91,7 +93,7 @@ class Analyzer:
     ) -> None:
         self._request: dict[str, Any] = {}
         self._request_model: str | None = None
-        self._offsets = array("q")  # offsets of the content-bearing events
+        self.content_offsets = array("q")  # of the content events: TTFT and gaps (FIGURES.md)
         self._data_events = 0
         if isinstance(profile, str):
             profile = PROFILES[profile]
@@ -145,7 +147,7 @@ class Analyzer:
         """Take one stored SSE event (``data`` None for comments and non-SSE chunks)."""
         try:
             if data is not None and self._feed(seq, event, data):
-                self._offsets.append(offset_us)
+                self.content_offsets.append(offset_us)
         except Exception as exc:
             self._tally.add(FindingCode.ANALYZER_ERROR, seq, _describe(exc))
 
@@ -205,16 +207,24 @@ class Analyzer:
         state: str,
         response_body: bytes | None = None,
         response_content_type: str | None = None,
+        error: str | None = None,
+        gap_seq: int | None = None,
     ) -> Analysis:
-        """The analysis so far; ``state`` is the transport state the recorder stored."""
+        """The analysis so far; ``state`` is the transport state the recorder stored, ``error``
+        and ``gap_seq`` what it stored of what went wrong and of what it did not record."""
         try:
-            return self._finish(status, state, response_body, response_content_type)
+            a = self._finish(status, state, response_body, response_content_type, gap_seq)
         except Exception as exc:
-            return self._fallback(status, state, exc)
+            a = self._fallback(status, state, exc)
+        known = status if isinstance(status, int) and not isinstance(status, bool) else None
+        a.fault = fault_of(a.outcome, state, known, error)
+        a.request_text = request_text(a.api, self._request)
+        return a
 
     def _finish(
-        self, status: int | None, state: str, body: bytes | None, content_type: str | None
-    ) -> Analysis:
+        self, status: int | None, state: str, body: bytes | None, content_type: str | None,
+        gap_seq: int | None,
+    ) -> Analysis:  # fmt: skip
         tally = self._tally
         extra: list[Finding] = []
         if body is None and self._error_body:
@@ -244,13 +254,14 @@ class Analyzer:
         if state not in _STATES:
             detail = f"Unknown transport state {state!r}."
             extra.append(Finding(FindingCode.ANALYZER_ERROR, None, detail))
-        outcome, reason = _outcome(tally, status, state, body_read)
+        outcome, reason = outcome_of(tally, status, state, body_read, gap_seq)
         if outcome == Outcome.HTTP_ERROR:
             # Without a JSON error body, an error event in the stream is the next best label.
             reason = http_reason or tally.reason or str(status)
         if rules is None and streamed and not http_error:
             extra.append(Finding(FindingCode.UNKNOWN_API, None, UNMODELLED))
-        over = state in (ExchangeState.COMPLETED, ExchangeState.TRUNCATED)
+        # With a gap in the recording, the terminal may be in what was not recorded.
+        over = state in (ExchangeState.COMPLETED, ExchangeState.TRUNCATED) and gap_seq is None
         if rules is not None and over and not (http_error or body_read or tally.finished):
             extra.append(Finding(FindingCode.NO_TERMINAL_EVENT, None, rules.no_terminal))
         if (
@@ -268,7 +279,7 @@ class Analyzer:
         inp, out, total = tally.input_tokens, tally.output_tokens, tally.total_tokens
         if total is None and inp is not None and out is not None:
             total = inp + out
-        offsets = self._offsets if not body_read else array("q")
+        offsets = self.content_offsets if not body_read else array("q")
         ttft, median, p95, top, rate = _timing(offsets, out)
         return Analysis(
             api=tally.api,
@@ -316,18 +327,10 @@ class Analyzer:
 
     def _fallback(self, status: int | None, state: str, exc: Exception) -> Analysis:
         """A minimal analysis for when finishing itself failed: the transport still tells."""
-        outcome: str | None = None
-        if isinstance(status, int) and status >= 400:
-            outcome = Outcome.HTTP_ERROR
-        outcome = outcome or _TRANSPORT_OUTCOMES.get(str(state))
-        if outcome is None:
-            outcome = Outcome.CUT if state == ExchangeState.TRUNCATED else Outcome.INTERRUPTED
-        if outcome == Outcome.INTERRUPTED and state == ExchangeState.COMPLETED:
-            outcome = Outcome.COMPLETED
         return Analysis(
             api=self._tally.api,
             model=self._request_model,
-            outcome=outcome,
+            outcome=fallback_outcome(status, state),
             reason=None,
             profile=self.profile.name,
             findings=[Finding(FindingCode.ANALYZER_ERROR, None, _describe(exc))],
@@ -354,27 +357,6 @@ def _first_data(body: bytes) -> Any:  # the first JSON object of an SSE or NDJSO
         if isinstance(obj, dict):
             return obj
     return None
-
-
-def _outcome(
-    tally: Tally, status: int | None, state: str, body_read: bool
-) -> tuple[str, str | None]:
-    if status is not None and status >= 400:
-        return Outcome.HTTP_ERROR, None
-    if state == ExchangeState.RECORDING:
-        return Outcome.RECORDING, None
-    # The exchange's own terminal wins over how the connection ended.
-    if tally.outcome is not None:
-        return tally.outcome, tally.reason
-    if state in _TRANSPORT_OUTCOMES:
-        return _TRANSPORT_OUTCOMES[state], None
-    if state == ExchangeState.TRUNCATED:
-        return Outcome.CUT, "truncated"
-    if state != ExchangeState.COMPLETED:
-        return Outcome.INTERRUPTED, None
-    if tally.api == UNKNOWN:
-        return Outcome.COMPLETED, None
-    return Outcome.CUT, "invalid JSON body" if body_read else "no terminal event"
 
 
 def _name(event: str | None, data: str) -> str:
@@ -428,19 +410,23 @@ def _describe(exc: BaseException) -> str:
 def _timing(
     offsets: array[int], output_tokens: int | None
 ) -> tuple[int | None, int | None, int | None, int | None, float | None]:
-    """(ttft, gap median, gap p95, gap max, tokens/s) from the content events' offsets.
-
-    The median of an even count is the mean of the two middle gaps (rounded down); p95 is
-    the nearest-rank percentile, so it is always a gap that occurred."""
+    """(ttft, gap median, gap p95, gap max, tokens/s) from the content events' offsets."""
     if not offsets:
         return None, None, None, None, None
     ttft = offsets[0]
     span = offsets[-1] - ttft
     rate = output_tokens / (span / 1e6) if output_tokens is not None and span > 0 else None
-    if len(offsets) < 2:
-        return ttft, None, None, None, rate
-    gaps = sorted(b - a for a, b in itertools.pairwise(offsets))
-    n = len(gaps)
-    median = gaps[n // 2] if n % 2 else (gaps[n // 2 - 1] + gaps[n // 2]) // 2
-    p95 = gaps[max(0, math.ceil(0.95 * n) - 1)]
-    return ttft, median, p95, gaps[-1], rate
+    median, p95, top = gap_figures([b - a for a, b in itertools.pairwise(offsets)])
+    return ttft, median, p95, top, rate
+
+
+def gap_figures(gaps: Iterable[int]) -> tuple[int | None, int | None, int | None]:
+    """(median, p95, max) of gaps: the one rule of docs/FIGURES.md, for a stream's gaps and
+    a session's turn by turn. The median of an even count is the mean of the two middle
+    gaps (rounded down); p95 is the nearest-rank percentile, so it is a gap that occurred."""
+    ordered = sorted(gaps)
+    n = len(ordered)
+    if not n:
+        return None, None, None
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) // 2
+    return median, ordered[max(0, math.ceil(0.95 * n) - 1)], ordered[-1]

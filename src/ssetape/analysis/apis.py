@@ -50,6 +50,8 @@ APIS: dict[str, ApiRules] = {
         ollama.RULES,
     )
 }
+# APIs of WebSocket sessions only: ssetape.analysis.sessions reads them (SessionRules).
+SESSION_ONLY = ("openai_realtime", "gemini_live")
 # Streams resumed by id: GET /v1/responses/{id}?stream=true&starting_after=N (Responses),
 # GET /v1beta/interactions/{id}?stream=true&last_event_id=E (Interactions).
 _RESUMED = {
@@ -62,7 +64,7 @@ _BY_EVENT = sorted(APIS.values(), key=lambda r: not r.typed_events)
 
 def api_names() -> list[str]:
     """Every value an exchange's ``api`` can take."""
-    return [*APIS, UNKNOWN]
+    return [*APIS, *SESSION_ONLY, UNKNOWN]
 
 
 def detect_api(path: str) -> str:

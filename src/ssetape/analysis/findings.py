@@ -19,6 +19,7 @@ class FindingCode(StrEnum):
     USAGE_MISSING = "usage_missing"  # usage was asked for and did not come
     UNKNOWN_EVENT = "unknown_event"  # outside the API's vocabulary (kept, informational)
     ANALYZER_ERROR = "analyzer_error"  # a bug of ours, never of the stream
+    SERVER_ERROR = "server_error"  # an error a WebSocket session's server sent
     FINDINGS_TRUNCATED = "findings_truncated"  # more findings than are kept
     # A note, not a fault: no API ssetape models claimed the stream, so nothing was checked.
     UNKNOWN_API = "unknown_api"

@@ -21,6 +21,7 @@ from ssetape.analysis.apis import APIS, streams_array
 from ssetape.analysis.bounds import bounded
 from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import override_for, profile_for, profile_or_none
+from ssetape.analysis.sessions import SessionAnalyzer
 from ssetape.cost.price import Price
 from ssetape.cost.price_book import LazyPriceBook, PriceBook, PriceQuery
 from ssetape.framing.framings import Framing, framing_of
@@ -28,14 +29,18 @@ from ssetape.storage.engine import describe, is_transient
 from ssetape.storage.knowledge_rows import KnowledgeRows, KnowledgeTx
 from ssetape.storage.models import Exchange, Finding
 from ssetape.storage.store import Store
+from ssetape.vocabulary import Transport
 
 log = logging.getLogger("ssetape.analysis.knowledge")
 
 # Bumped when the analysis changes, so `ssetape reindex --stale` finds rows to redo.
 # 2: provider profiles, cache and reasoning counts; 3: web searches; 4: Bedrock, Ollama, Cohere,
 # Interactions, vendor quirks (Vertex, Mistral...), HTTP errors read as bodies; 5: the first
-# 1,000 tool calls kept, with tool_calls_total (a stream of 200,000 stored 11 MB of them).
-ANALYSIS_VERSION = 5
+# 1,000 tool calls kept, with tool_calls_total (a stream of 200,000 stored 11 MB of them);
+# 6: who failed (fault), and a stream relayed whole but recorded with a gap is not cut;
+# the request's prompt text (request_text: search by prompt); 7: WebSocket sessions read
+# (openai_realtime, gemini_live, Responses WebSocket mode).
+ANALYSIS_VERSION = 7
 # Rows of a streamed HTTP error read for its body (of which MAX_ERROR_BODY bytes are kept).
 _ERROR_ROWS = 1_000
 
@@ -47,6 +52,7 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
         "model": a.model,
         "outcome": a.outcome,
         "outcome_reason": a.reason,
+        "fault": a.fault,
         "input_tokens": a.input_tokens,
         "output_tokens": a.output_tokens,
         "total_tokens": a.total_tokens,
@@ -60,12 +66,14 @@ def knowledge_columns(a: Analysis) -> dict[str, Any]:
         "gap_max_us": a.gap_max_us,
         "tokens_per_s": a.tokens_per_s,
         "output_text": a.output_text,
+        "request_text": a.request_text,
         "details": {
             "refusal_text": a.refusal_text,
             "reasoning_text": a.reasoning_text,
             "tool_calls": a.tool_calls,
             "tool_calls_total": a.tool_calls_total,
             "web_searches": a.web_searches,
+            **({"session": a.session} if a.session is not None else {}),
         },
         "analysis_version": ANALYSIS_VERSION,
     }
@@ -197,6 +205,13 @@ class Knowledge:
             or profile_or_none(x.profile)
             or profile_for(x.host)
         )
+        if x.transport == Transport.WEBSOCKET:
+            session = SessionAnalyzer(
+                path=x.path, query=x.query, request_headers=x.request_headers, profile=profile
+            )
+            for seq, offset_us, direction, data in tx.messages(x.id):
+                session.message(seq, offset_us, direction, data)
+            return session.finish(status=x.status, state=x.state, error=x.error)
         analyzer = Analyzer(
             method=x.method, path=x.path, request_body=x.request_body, profile=profile
         )
@@ -220,6 +235,8 @@ class Knowledge:
             state=x.state,
             response_body=None if x.is_stream else x.response_body,
             response_content_type=ctype,
+            error=x.error,
+            gap_seq=x.gap_seq,
         )
 
     def update(self, exchange_ids: Iterable[int]) -> int:

@@ -10,11 +10,14 @@ recomputes from what was stored.
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from ssetape.analysis.analyzer import Analysis, Analyzer
 from ssetape.analysis.profiles import profile_or_none
+from ssetape.analysis.sessions import SessionAnalyzer
 from ssetape.records import ChunkRow, EventRow, EventSink
+from ssetape.vocabulary import Transport
 
 MAX_WAITING = 10_000  # finished analyses waiting for the writer to commit their exchange
 
@@ -37,11 +40,14 @@ class LiveAnalysis:
     def __init__(self, sink: EventSink) -> None:
         self._sink = sink
         self._rows: dict[str, list[EventRow]] = {}  # not yet handed to the writer
-        self._analyzers: dict[str, Analyzer] = {}
+        self._analyzers: dict[str, Analyzer | SessionAnalyzer] = {}
+        # What a WebSocket upgrade's session analysis is made from, once its 101 says so.
+        self._upgrades: dict[str, dict[str, Any]] = {}
         self._heads: dict[str, tuple[int | None, str | None]] = {}
         # Finished analyses by uid; ``Knowledge.save_live`` (in the writer's thread) takes them once
         # the exchange's finish is committed. Single dict operations: safe across threads.
-        self._done: dict[str, Analysis] = {}
+        # With each, its content events' offsets (the metrics' gaps, recording.stored).
+        self._done: dict[str, tuple[Analysis, array[int]]] = {}
 
     def begin(self, uid: str, fields: dict[str, Any]) -> None:
         self._analyzers[uid] = Analyzer(
@@ -50,9 +56,20 @@ class LiveAnalysis:
             request_body=fields["request_body"],
             profile=profile_or_none(fields.get("profile")),
         )
+        headers = fields.get("request_headers") or ()
+        if any(k.lower() == "upgrade" and v.lower() == "websocket" for k, v in headers):
+            self._upgrades[uid] = fields
 
     def update(self, uid: str, fields: dict[str, Any]) -> None:
         self._hand_over(uid)
+        begun = self._upgrades.get(uid)
+        if begun is not None and fields.get("transport") == Transport.WEBSOCKET:
+            self._analyzers[uid] = SessionAnalyzer(
+                path=begun["path"],
+                query=begun.get("query"),
+                request_headers=begun.get("request_headers"),
+                profile=profile_or_none(begun.get("profile")),
+            )
         if "status" in fields:
             self._heads[uid] = (fields["status"], content_type(fields.get("response_headers")))
             analyzer = self._analyzers.get(uid)
@@ -70,6 +87,12 @@ class LiveAnalysis:
             self._rows[uid] = rows
         else:
             waiting += rows
+
+    def message(self, uid: str, seq: int, offset_us: int, direction: str, data: str | None) -> None:
+        """One message of a WebSocket session (stored by ``WsSessions``, not through here)."""
+        analyzer = self._analyzers.get(uid)
+        if isinstance(analyzer, SessionAnalyzer):
+            analyzer.message(seq, offset_us, direction, data)
 
     def flush(self) -> None:
         """Hand every waiting row to the writer."""
@@ -89,18 +112,29 @@ class LiveAnalysis:
     def finish(self, uid: str, fields: dict[str, Any]) -> None:
         self._hand_over(uid)
         analyzer = self._analyzers.pop(uid, None)
+        self._upgrades.pop(uid, None)
         status, ctype = self._heads.pop(uid, (None, None))
         if analyzer is not None:
             # Only the writer's thread takes them; one it never calls for (the store
             # dropped the exchange) must not pile up: the oldest go (reindex redoes them).
             while len(self._done) >= MAX_WAITING:
                 self._done.pop(next(iter(self._done)))
-            self._done[uid] = analyzer.finish(
+            analysis = analyzer.finish(
                 status=status,
                 state=fields["state"],
                 response_body=fields.get("response_body"),
                 response_content_type=ctype,
+                # What the recording process says it missed (worker.finish): a stream it
+                # relayed whole but recorded in part was not cut by its provider.
+                error=fields.get("error"),
+                gap_seq=fields.get("gap_seq"),
             )
+            self._done[uid] = analysis, analyzer.content_offsets
 
     def take(self, uid: str) -> Analysis | None:
+        done = self._done.pop(uid, None)
+        return done[0] if done is not None else None
+
+    def take_timed(self, uid: str) -> tuple[Analysis, array[int]] | None:
+        """Its analysis and its content events' offsets."""
         return self._done.pop(uid, None)

@@ -1,4 +1,9 @@
-"""`ssetape stats`: counts, error rates, latency percentiles and tokens per group of exchanges."""
+"""`ssetape stats`: counts, error rates, latency percentiles and tokens per group of exchanges.
+
+A group's ``failed`` and ``failed_rate`` count the failures of one selection of faults (the
+provider's unless told otherwise: a model's error rate is its provider's doing); ``faults``
+counts its failures by each fault, whatever the selection (docs/FIGURES.md).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from ssetape.storage.filters import ExchangeFilter
 from ssetape.storage.queries import GROUP_BY, Queries
 from ssetape.storage.stat_totals import StatTotals
 from ssetape.storage.store import Store
-from ssetape.vocabulary import is_failed
+from ssetape.vocabulary import DEFAULT_FAULT, Fault, counted_fault, faults_of, is_failed
 
 __all__ = ["GROUP_BY", "Stats", "percentile"]
 
@@ -39,7 +44,7 @@ class _Group:
     def __init__(self, name: str) -> None:
         self.name = name
         self.count = 0
-        self.failed = 0
+        self.faults = dict.fromkeys((f.value for f in Fault), 0)
         self.ttfb: list[float] = []
         self.ttft: list[float] = []
         self.tps: list[float] = []
@@ -51,7 +56,7 @@ class _Group:
 
     def totals(self) -> StatTotals:
         return StatTotals(
-            self.name, self.count, self.failed,
+            self.name, self.count, self.faults,
             percentile(self.ttfb, 50), percentile(self.ttfb, 95),
             percentile(self.ttft, 50), percentile(self.ttft, 95),
             percentile(self.tps, 50), sum(self.ttft) if self.ttft else None,
@@ -60,14 +65,19 @@ class _Group:
         )  # fmt: skip
 
 
-def _doc(name: str, t: StatTotals) -> dict[str, Any]:
+def _doc(name: str, t: StatTotals, fault: str) -> dict[str, Any]:
     tps = t.tokens_per_s_p50
+    failed = t.failed(faults_of(fault))
     return {
         "group": name,
         "count": t.exchanges,
-        # Exchanges whose outcome is failed (vocabulary.is_failed): `list --outcome failed`.
-        "failed": t.failed,
-        "failed_rate": round(t.failed / t.exchanges, 4) if t.exchanges else 0.0,
+        # Exchanges whose outcome is failed (vocabulary.is_failed) by the faults ``fault``
+        # selects: what `list --outcome failed --fault FAULT` lists.
+        "failed": failed,
+        "failed_rate": round(failed / t.exchanges, 4) if t.exchanges else 0.0,
+        "failed_fault": fault,
+        # Every failure, by whose it was (vocabulary.Fault), whatever ``fault`` selects.
+        "faults": dict(t.faults),
         "ttfb_ms": {"p50": _ms(t.ttfb_p50), "p95": _ms(t.ttfb_p95)},
         "ttft_ms": {"p50": _ms(t.ttft_p50), "p95": _ms(t.ttft_p95)},
         # Sums of what the streams reported; usage_reported says how many did.
@@ -90,14 +100,19 @@ class Stats:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def groups(self, by: str | None, filters: ExchangeFilter) -> list[dict[str, Any]]:
+    def groups(
+        self, by: str | None, filters: ExchangeFilter, fault: str = DEFAULT_FAULT
+    ) -> list[dict[str, Any]]:
+        """The groups' figures, most exchanges first; ``failed`` counts the failures of
+        ``fault`` (a Fault, or "any"; ValueError naming the choices otherwise)."""
+        faults_of(fault)
         queries = Queries(self._store)
         if self._store.is_sqlite:
             totals = self._added_up(queries, by, filters)
         else:  # the server adds up and takes the percentiles: a row per group
             totals = {_name(by, t.group): t for t in queries.stat_totals(by, filters)}
         ordered = sorted(totals.items(), key=lambda kv: (-kv[1].exchanges, kv[0]))
-        out = [_doc(name, t) for name, t in ordered]
+        out = [_doc(name, t, str(fault)) for name, t in ordered]
         if by == "session":
             walls = self._wall_us(filters)
             for (name, t), doc in zip(ordered, out, strict=True):
@@ -116,13 +131,16 @@ class Stats:
         of: dict[Any, _Group] = {}  # by the group's value: one name made per group
         rows = queries.stat_rows(by, filters)
         # Unpacked, not read by name: tens of thousands of rows a day.
-        for group, outcome, status, state, ttfb, ttft, tin, tout, tps, cost in rows:
+        for group, outcome, status, state, fault, ttfb, ttft, tin, tout, tps, cost in rows:
             g = of.get(group)
             if g is None:
                 name = _name(by, group)
                 g = of[group] = groups.get(name) or groups.setdefault(name, _Group(name))
             g.count += 1
-            g.failed += is_failed(outcome, status, state)
+            if is_failed(outcome, status, state):
+                whose = counted_fault(fault, state)
+                if whose in g.faults:  # as the database counts: a value of the vocabulary
+                    g.faults[whose] += 1
             if ttfb is not None:
                 g.ttfb.append(ttfb)
             if ttft is not None:

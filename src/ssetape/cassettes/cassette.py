@@ -46,12 +46,14 @@ class Cassette:
     # -- writing ---------------------------------------------------------------
 
     def export(
-        self, store: Store, narrow: Narrow | None = None, *, progress: Progress | None = None
-    ) -> int:
-        """Write the store's exchanges (those ``narrow`` selects); returns how many."""
+        self, store: Store, narrow: Narrow | None = None, *, progress: Progress | None = None,
+        store_ids: bool = False,
+    ) -> int:  # fmt: skip
+        """Write the store's exchanges (those ``narrow`` selects); returns how many.
+        ``store_ids``: see :func:`~ssetape.cassettes.store_io.write_cassette`."""
         try:
             with private_file(self.path) as out:
-                return write_cassette(store, out, narrow, progress=progress)
+                return write_cassette(store, out, narrow, progress=progress, store_ids=store_ids)
         except OSError as e:
             raise CassetteError(f"cannot write {self.path}: {e.strerror or e}") from None
 

@@ -19,7 +19,8 @@ from ssetape.analysis.knowledge import KNOWLEDGE_COLUMNS
 from ssetape.cassettes.constraints import check
 from ssetape.storage.cassette_rows import ColumnSpec, columns
 
-# Ids are the store's own and never leave it.
+# Ids are the store's own: a row's are never read from a cassette (the store numbers its own),
+# and only `ssetape export` writes an exchange's id, as a reference to it (``encode``).
 _SKIP = {"exchange": {"id"}, "event": {"exchange_id"}, "chunk": {"exchange_id"}}
 # Read when present (format 1 wrote them) but not written: what changes on every recording of
 # the same interaction (uid, started_at, recorder), and what is derived from the rest (the
@@ -81,15 +82,19 @@ class CassetteCodec:
         self.columns = {c.name: _column(c) for c in columns(kind) if c.name not in _SKIP[kind]}
         self.written = {n: c for n, c in self.columns.items() if n not in NOT_WRITTEN[kind]}
 
-    def encode(self, row: dict[str, Any], uid: str) -> bytes:
-        """One line (with its newline) for a row of this table."""
+    def encode(self, row: dict[str, Any], uid: str, *, store_id: bool = False) -> bytes:
+        """One line (with its newline) for a row of this table; ``store_id``: an exchange's
+        with its id in the store, after its kind (``"id": 12``: `ssetape show 12` there)."""
         obj: dict[str, Any] = {"kind": self.kind}
+        if store_id and self.kind == "exchange" and isinstance(row.get("id"), int):
+            obj["id"] = row["id"]
         for name, col in self.written.items():
             value = row.get(name)
             if value is None:
                 # Empty optional event fields stay off the line: a diff shows what an event
-                # carries. Exchanges list every column, so readers see the whole schema.
-                if self.kind == "exchange":
+                # carries. Exchanges list every column, so readers see the whole schema;
+                # but an HTTP exchange's transport (NULL), so its cassette stays as it was.
+                if self.kind == "exchange" and name != "transport":
                     obj[name] = None
                 continue
             if col.kind == "bytes":

@@ -9,7 +9,9 @@ One JSON object per line::
 
 Events and chunks belong to the exchange line above them. A bytes value is a JSON string when
 it is valid UTF-8, else ``{"b64": "..."}``; datetimes are ISO 8601. Exchanges are ordered by
-fingerprint, then by recording order (the order replay serves repeats in).
+fingerprint, then by recording order (the order replay serves repeats in). `ssetape export`
+writes each exchange's id in its store right after its kind (``{"kind": "exchange", "id": 12,
+...}``: `ssetape show 12` there); reading leaves it out, of the row and of its uid.
 
 What is written is what was recorded and nothing derived from it (``codec.NOT_WRITTEN``), so
 re-recording an unchanged interaction changes only timing values, and each event's bytes
@@ -33,6 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
@@ -62,6 +65,9 @@ MAX_BYTES = 4 * 1024 * 1024 * 1024
 MAX_REDACT_FIELDS = 10_000
 HEADER_KEY = "ssetape_cassette"
 _SLACK_US = 1_000_000  # an event stamped a little after the end was measured (rounding, clocks)
+# How `ssetape export` starts an exchange line: its kind, then the id it has in the store.
+_EXCHANGE_KIND = b'{"kind":"exchange",'
+_STORE_ID = re.compile(rb'\{"kind":"exchange","id":\d{1,20},')
 
 
 @dataclass
@@ -121,12 +127,16 @@ def read_records(
             # Content-addressed: the same exchange imported twice is the same row (and two
             # identical lines in one cassette are two exchanges).
             # Counted by digest: a line can be megabytes, and all would stay until the end.
-            line = hashlib.sha256(raw).digest()
+            # The store id an export wrote names the row it came from, not the exchange: it is
+            # left out of both (an exchange exported from two stores is the same row).
+            obj.pop("id", None)
+            content = _without_id(raw)
+            line = _sha256(b"", *content)
             same = alike[line] = alike.get(line, -1) + 1
-            digest = hashlib.sha256(b"%d:" % same)
-            digest.update(raw)  # not b"%d:%s": a copy of the line
-            obj.setdefault("uid", digest.hexdigest()[:32])
+            # Not b"%d:%s": a copy of the line.
+            obj.setdefault("uid", _sha256(b"%d:" % same, *content).hex()[:32])
             obj.setdefault("started_at", started)
+            del content
         # The line and its parsed strings go as soon as the values are decoded: a 64 MiB
         # body would otherwise stand three times in memory while it is stored.
         del raw
@@ -162,6 +172,20 @@ def read_records(
                     f"ended ({duration})"
                 )
         yield number, kind, values
+
+
+def _without_id(raw: bytes) -> tuple[bytes | memoryview, ...]:
+    """An exchange line as it is without the store id `ssetape export` writes after its kind
+    (the line as an export without it writes it), in pieces: no copy of a long line."""
+    m = _STORE_ID.match(raw)
+    return (raw,) if m is None else (_EXCHANGE_KIND, memoryview(raw)[m.end() :])
+
+
+def _sha256(*pieces: bytes | memoryview) -> bytes:
+    h = hashlib.sha256()
+    for piece in pieces:
+        h.update(piece)
+    return h.digest()
 
 
 def _header(name: str, number: int, raw: bytes) -> list[str]:

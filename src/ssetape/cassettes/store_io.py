@@ -104,11 +104,15 @@ def insert_rows(
 
 
 def write_cassette(
-    store: Store, out: IO[bytes], narrow: Narrow | None = None, *, progress: Progress | None = None
-) -> int:
+    store: Store, out: IO[bytes], narrow: Narrow | None = None, *,
+    progress: Progress | None = None, store_ids: bool = False,
+) -> int:  # fmt: skip
     """Write a whole cassette (header and lines) to ``out``; returns the exchange count. A
     batch of exchanges is held at a time, and of their events those that fit the budget
-    together, or one page of a long stream: never a whole million-event exchange."""
+    together, or one page of a long stream: never a whole million-event exchange.
+    ``store_ids``: each exchange line says its id in the store (`ssetape export`: a line leads
+    back to `ssetape show ID`); a test's cassette has none, so that its lines do not change
+    with the store it was written from."""
     codecs = {kind: CassetteCodec(kind) for kind in KINDS}
     scrub = scrubber(store)
     rows = CassetteRows(store)
@@ -122,7 +126,7 @@ def write_cassette(
         for (xid, its_events), (_, its_chunks) in zip(events, chunks, strict=True):
             x = exchanges[xid]
             uid = x["uid"]
-            out.write(codecs["exchange"].encode(scrub(x), uid))
+            out.write(codecs["exchange"].encode(scrub(x), uid, store_id=store_ids))
             for kind, children in (("event", its_events), ("chunk", its_chunks)):
                 encode = codecs[kind].encode
                 rows_of = rows.pages(kind, xid) if children is None else children

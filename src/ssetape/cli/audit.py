@@ -13,7 +13,7 @@ from ssetape.analysis.stats import GROUP_BY
 from ssetape.cli.options import (
     TimeParam,
     db_option,
-    filter_options,
+    fault_count_option,
     open_db,
     open_reader,
     price_data_option,
@@ -21,6 +21,7 @@ from ssetape.cli.options import (
     profile_option,
     reader_options,
     standby_note,
+    stat_filter_options,
 )
 from ssetape.storage.prune import BATCH_ROWS
 
@@ -48,12 +49,17 @@ def _losses(store: Store) -> dict[str, Any] | None:
     help="What each recorder stored and lost instead (with --json: one object, the sums and "
     "a list of runs).",
 )
-@filter_options
+@stat_filter_options
+@fault_count_option
 @click.option("--host", help="Only this host.")
 def stats(
-    db: str, read_db: str | None, by: str | None, as_json: bool, runs: bool, **filters: Any
-) -> None:
-    """Count, failed count and rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group."""
+    db: str, read_db: str | None, by: str | None, as_json: bool, runs: bool, fault: str,
+    **filters: Any,
+) -> None:  # fmt: skip
+    """Count, failed count and rate, TTFB/TTFT p50/p95, tokens and tokens/s, per group.
+
+    The failed count and rate are the provider's failures unless --fault says whose;
+    ssetape's own (a recorder stopped or killed mid-stream) are shown beside them."""
     from rich.console import Console
 
     from ssetape.analysis.stats import Stats
@@ -63,7 +69,7 @@ def stats(
     store = open_reader(db, read_db)
     try:
         standby = standby_note(store)
-        rows = Stats(store).groups(by, ExchangeFilter.pop(filters))
+        rows = Stats(store).groups(by, ExchangeFilter.pop(filters), fault)
         losses = _losses(store)
     finally:
         store.close()
@@ -83,7 +89,7 @@ def stats(
     if not rows:
         console.print("no exchanges match")
     else:
-        console.print(stats_table(rows, by, console.width))
+        console.print(stats_table(rows, by, console.width, fault=fault))
     if losses is not None:
         n = len(losses["runs"])
         if losses["events_lost"] or losses["exchanges_lost"] or losses["store_errors"]:

@@ -66,6 +66,7 @@ def list_cmd(
     """List recorded exchanges, newest first unless --sort says otherwise (alias: ls)."""
     from ssetape.storage.filters import ExchangeFilter
     from ssetape.storage.queries import Queries
+    from ssetape.storage.text_matches import TextMatch, TextMatches
     from ssetape.views.documents import summary
 
     if cursor is not None:
@@ -81,8 +82,12 @@ def list_cmd(
         rows = Queries(store).exchanges(found, limit=limit, sort=sort, cursor=cursor)
         # A full page may have a next: where it starts (the JSON array stays an array).
         more = f"next page: --cursor {sort.cursor(rows[-1])}" if len(rows) == limit else None
+        # --grep: where each row has the text, and the text around it (cut by the store).
+        grep = found.text
+        matches = TextMatches(store).around([x.id for x in rows], grep) if grep else {}
         if as_json:
-            print_json([summary(x) for x in rows])  # an array, as ever: the note goes to stderr
+            # An array, as ever: the note goes to stderr.
+            print_json([summary(x) | TextMatch.doc_of(matches, x.id, grep) for x in rows])
             if standby is not None:
                 click.echo(_standby_line(standby, rows), err=True)
             if more is not None:
@@ -92,10 +97,13 @@ def list_cmd(
         from rich.console import Console
         from rich.text import Text
 
+        from ssetape.views.matches import match_lines
         from ssetape.views.tables import list_table
 
         console = Console()
         console.print(list_table(rows, console.width))
+        for line in match_lines([x.id for x in rows], matches):
+            console.print(line, soft_wrap=True)
         if standby is not None:
             # One line however narrow the terminal: it is there to be read (and grepped).
             console.print(Text(_standby_line(standby, rows), style="dim"), soft_wrap=True)

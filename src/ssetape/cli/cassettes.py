@@ -35,8 +35,10 @@ from ssetape.cli.options import (
     shown,
     size_option,
 )
+from ssetape.storage.cassette_rows import Narrow
 from ssetape.storage.filters import ExchangeFilter, Picked
 from ssetape.storage.queries import Queries
+from ssetape.telemetry import OTLP_EXTRA, otlp_missing
 from ssetape.vocabulary import ExchangeState
 
 
@@ -62,9 +64,14 @@ def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | Non
 @click.option(
     "-o",
     "--output",
-    required=True,
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
     help="File to write (created 0600, replaced atomically); - for standard output.",
+)
+@click.option(
+    "--otlp",
+    is_flag=True,
+    help="Instead of a file, send a span per exchange over OTLP/HTTP, as `record --otlp` "
+    "does, where OTEL_EXPORTER_OTLP_* say. Needs: pip install 'ssetape[otlp]'.",
 )
 @click.option(
     "--format",
@@ -89,7 +96,8 @@ def _progress(what: str, *, in_bytes: bool = False) -> Iterator[ProgressFn | Non
 def export_cmd(
     db: str,
     read_db: str | None,
-    output: Path,
+    output: Path | None,
+    otlp: bool,
     fmt: str | None,
     ids: tuple[str, ...],
     hosts: tuple[str, ...],
@@ -101,11 +109,16 @@ def export_cmd(
     """Write recorded exchanges to a cassette (JSON Lines) or a HAR file.
 
     Cassettes keep every byte and every event offset: `ssetape import` brings them back into
-    any store and replay is identical. The store's redaction key is never written.
+    any store and replay is identical. Each exchange line has its id in this store ("id": 12:
+    `ssetape show 12`), which an import ignores. The store's redaction key is never written.
     """
-    fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
+    if (output is None) == (not otlp):
+        raise click.UsageError("give -o/--output FILE or --otlp (one of them)")
     picked = Picked(ids=ids, hosts=hosts, path=path, states=states, until=until)
     narrow = Queries.picked(ExchangeFilter.pop(filters), picked)
+    if output is None:
+        return export_otlp(db, read_db, narrow)
+    fmt = fmt or ("har" if output.suffix.lower() == ".har" else "jsonl")
     store = open_reader(db, read_db, create=False)
     try:
         with _progress("exporting") as progress:
@@ -114,18 +127,45 @@ def export_cmd(
                 if fmt == "har":
                     n = Har(store).write(out, narrow, progress=progress)
                 else:
-                    n = write_cassette(store, out, narrow, progress=progress)
+                    n = write_cassette(store, out, narrow, progress=progress, store_ids=True)
                 out.flush()
             elif fmt == "har":
                 n = Har(store).export(output, narrow, progress=progress)
             else:
-                n = Cassette(output).export(store, narrow, progress=progress)
+                n = Cassette(output).export(store, narrow, progress=progress, store_ids=True)
     except CassetteError as e:
         raise click.ClickException(str(e)) from None
     finally:
         store.close()
     if str(output) != "-":
         click.echo(f"exported {n} exchange(s) to {output} ({fmt})", err=True)
+
+
+def export_otlp(db: str, read_db: str | None, narrow: Narrow) -> None:
+    """`export --otlp`: the spans `record --otlp` sends, for the exchanges picked."""
+    try:
+        from ssetape.telemetry.otlp import SpanSink, check_environment
+        from ssetape.telemetry.span_rows import export_spans
+    except ImportError as e:
+        if not otlp_missing(e):
+            raise
+        raise click.ClickException(f"--otlp needs {OTLP_EXTRA}") from None
+    try:
+        check_environment()
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    store = open_reader(db, read_db, create=False)
+    sink = SpanSink()
+    try:
+        with _progress("sending spans") as progress:
+            queued, skipped = export_spans(store, narrow, sink, progress)
+    finally:
+        store.close()
+        t = sink.close(timeout=60)
+    note = f" ({skipped} still recording, left out)" if skipped else ""
+    click.echo(f"sent {t.sent} span(s) to {sink.endpoint}{note}", err=True)
+    if t.lost:
+        raise click.ClickException(f"{t.failed + t.pending} of {queued} span(s) not sent")
 
 
 @click.command("import")

@@ -21,6 +21,7 @@ from ssetape.framing.sse import SseParser
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.filters import Filters
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.views.tables import list_table, show_view, stats_table
 
@@ -114,9 +115,10 @@ def _fidelity(store: Store, replayed: list[tuple[str, str, list[float]]]) -> Tab
     for col in ("stream", "events", "first event rec", "first event replay", "gap err mean",
                 "gap err max"):  # fmt: skip
         t.add_column(col, justify="left" if col == "stream" else "right")
-    rows = sorted(store.exchanges(), key=lambda x: x.id)
+    queries = Queries(store)
+    rows = sorted(queries.exchanges(), key=lambda x: x.id)
     for x, (label, _, times) in zip(rows, replayed, strict=False):
-        rec = [e.offset_us / 1000 for e in store.events(x.id)]
+        rec = [e.offset_us / 1000 for e in queries.events(x.id)]
         got = [v * 1000 for v in times]
         n = min(len(rec), len(got))
         errs = [abs((got[i] - got[i - 1]) - (rec[i] - rec[i - 1])) for i in range(1, n)]
@@ -146,12 +148,12 @@ def demo(db: str | None) -> None:
             console.print(f"recorded [bold]{label}[/] ({path}): {len(times)} events")
         store = Store.open(target, create=False)
         try:
-            rows = store.exchanges()
+            queries = Queries(store)
+            rows = queries.exchanges()
             console.print(list_table(rows))
             first = rows[-1]
-            console.print(
-                show_view(first, store.events(first.id), Knowledge(store).findings(first.id))
-            )
+            events = list(queries.events(first.id))
+            console.print(show_view(first, events, Knowledge(store).findings(first.id)))
             console.print(stats_table(Stats(store).groups("api", Filters()), "api"))
             console.print(f"\nsimulator stopped; replaying {len(rows)} streams from the tape")
             replayed = asyncio.run(_through_proxy([Replayer(), Recorder()], target, sim_url))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import re
 import sys
 from collections.abc import Callable
@@ -13,7 +12,18 @@ import click
 import orjson
 
 from ssetape.analysis.profiles import DEFAULT_PROFILE, parse_profile_overrides, profile_names
-from ssetape.vocabulary import ERROR_OUTCOMES, MAX_SESSION, check_session, outcome_choices
+from ssetape.cli.params import ApiChoice, SpanParam, TimeParam
+from ssetape.vocabulary import (
+    DEFAULT_FAULT,
+    ERROR_OUTCOMES,
+    MAX_NAME,
+    MAX_SESSION,
+    LogFormat,
+    check_name,
+    check_session,
+    fault_choices,
+    outcome_choices,
+)
 
 # The store (SQLAlchemy) and the price book are imported where they are used: every command
 # module builds its options from here at import, and `ssetape CMD --help` needs neither.
@@ -23,8 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CONFDIR",
+    "ApiChoice",
+    "SpanParam",
+    "TimeParam",
     "capture_options",
     "db_option",
+    "fault_count_option",
     "filter_options",
     "open_db",
     "open_reader",
@@ -39,6 +53,7 @@ __all__ = [
     "shown",
     "size_option",
     "standby_note",
+    "stat_filter_options",
     "validate_mode",
     "web_option",
 ]
@@ -114,6 +129,26 @@ session_option = click.option(
     help=f"Name the session of every exchange whose request names none in an "
     f"x-ssetape-session header (at most {MAX_SESSION} printable characters).",
 )
+
+
+def _name(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    try:
+        return check_name(value or "")
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+# A proxy's log lines and run rows (addons.logs): ssetape_name, ssetape_log_format.
+log_options = [
+    click.option("--name", default="", callback=_name, metavar="NAME",
+                 help=f"This instance's name, in every log line and in its run rows (ssetape "
+                      f"stats --runs): at most {MAX_NAME} printable characters, no spaces. "
+                      "Default: HOST:PORT."),
+    click.option("--log-format", type=click.Choice([f.value for f in LogFormat]),
+                 default=LogFormat.TEXT.value, show_default=True,
+                 help="text: a date, a level, ssetape[NAME] and the message; json: one "
+                      "object per line (ts, level, name, logger, msg, and its counts)."),
+]  # fmt: skip
 
 
 def open_db(db: str, *, create: bool = False) -> Store:
@@ -261,6 +296,7 @@ def capture_options(f: F) -> F:
                      help="mitmproxy's directory (CA certificate)."),
         click.option("--set", "sets", multiple=True, metavar="OPTION=VALUE",
                      help="Any mitmproxy option, e.g. --set ssl_insecure=true."),
+        *log_options,
     ])  # fmt: skip
 
 
@@ -276,63 +312,53 @@ def validate_mode(mode: str) -> str:
     )
 
 
-class ApiChoice(click.Choice):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
-    """``--api``: the API names, read when first needed (to check a value, or for help).
-    They import every API's rules, 30 ms that `ssetape list` without --api never needs."""
-
-    def __init__(self) -> None:
-        self._names: tuple[str, ...] | None = None
-        super().__init__(())
-        self._names = None  # click set its empty tuple: still to be read
-
-    @property
-    def choices(self) -> tuple[str, ...]:
-        if self._names is None:
-            from ssetape.analysis.apis import api_names
-
-            self._names = tuple(api_names())
-        return self._names
-
-    @choices.setter
-    def choices(self, value: tuple[str, ...]) -> None:
-        self._names = value
-
-
-class TimeParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
-    """A time option: a duration ago (30m, 1h, 2d) or an ISO date/time (naive = UTC)."""
-
-    name = "TIME"
-
-    def __init__(self, option: str = "--since") -> None:
-        self.option = option
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, dt.datetime):
-            return value
-        from ssetape.storage.filters import parse_since
-
-        try:
-            return parse_since(str(value), option=self.option)
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
+# Who fails an exchange (vocabulary.Fault), as the options that take one say it.
+_FAULTS = (
+    "provider (an error event, an HTTP 5xx or 429, a cut stream), client (an HTTP 4xx, or it "
+    "went away), network (no response), ssetape (the recorder stopped or died first), any"
+)
 
 
 def filter_options(f: F) -> F:
     """The options of ``storage.filters.ExchangeFilter``, passed to the command as keyword
     arguments (``ExchangeFilter.pop`` takes them back out)."""
-    return _apply(f, [
+    fault = click.option(
+        "--fault", type=click.Choice(fault_choices()),
+        help=f"Only the exchanges this one failed (or, the client, went away from): {_FAULTS}.",
+    )  # fmt: skip
+    return _apply(f, _filters(fault))
+
+
+def stat_filter_options(f: F) -> F:
+    """:func:`filter_options` but ``--fault``, which `stats` takes as :func:`fault_count_option`."""
+    return _apply(f, _filters(None))
+
+
+fault_count_option = click.option(
+    "--fault",
+    type=click.Choice(fault_choices()),
+    default=DEFAULT_FAULT.value,
+    show_default=True,
+    help=f"Count as failed only the failures of this one (the rest are counted apart): {_FAULTS}.",
+)
+
+
+def _filters(fault: Callable[[F], F] | None) -> list[Callable[[F], F]]:
+    return [
         click.option("--api", type=ApiChoice(), help="Only this API kind."),
         click.option("--model", help="Only this model (exact or prefix)."),
         click.option("--outcome", type=click.Choice(outcome_choices()),
-                     help="Only this outcome; failed: any that stats counts as failed "
-                          f"({', '.join(sorted(ERROR_OUTCOMES))})."),
+                     help="Only this outcome; failed: any failed one "
+                          f"({', '.join(sorted(ERROR_OUTCOMES))}), whoever's fault."),
+        *([fault] if fault is not None else []),
         click.option("--since", type=TimeParam(),
                      help="Only since a time: 30m, 1h, 2d or 2026-11-01."),
         click.option("--grep", "text", metavar="TEXT",
-                     help="Only where the output text or path has TEXT."),
+                     help="Only where the request's text (the prompt), the output text or "
+                          "the path has TEXT; list shows where, and the text around it."),
         click.option("--session", metavar="NAME", help="Only this session's exchanges."),
         *_range_options(),
-    ])  # fmt: skip
+    ]  # fmt: skip
 
 
 # The timings a range filter bounds (storage.filters.RANGES), as its options name them.
@@ -348,25 +374,6 @@ def _range_options() -> list[Callable[[F], F]]:
         for name, what in _RANGES.items()
         for end, word in (("min", "at least"), ("max", "at most"))
     ]  # fmt: skip
-
-
-class SpanParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2 stubs
-    """A time span option (250ms, 2s, 1.5s, 2m), as microseconds."""
-
-    name = "TIME"
-
-    def __init__(self, option: str) -> None:
-        self.option = option
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, int):
-            return value
-        from ssetape.storage.filters import parse_span
-
-        try:
-            return parse_span(str(value), option=self.option)
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str | int) -> int:

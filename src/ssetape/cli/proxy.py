@@ -1,4 +1,5 @@
-"""`ssetape record`, `replay` and `ca`: the commands that run a proxy, and its CA."""
+"""`ssetape record` and `ca`, and what every command that runs a proxy shares (`replay` is
+in cli/replay.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from mitmproxy.certs import CertStore
 
 from ssetape.addons.admin import Admin
 from ssetape.addons.control import Control
+from ssetape.addons.drain import Drain, settled
 from ssetape.addons.guard import ConnectionGuard
-from ssetape.addons.handshakes import HandshakeSlots
+from ssetape.addons.logs import Logs
+from ssetape.addons.metrics import Metrics
+from ssetape.addons.otlp import Otlp
 from ssetape.addons.recorder import Recorder
-from ssetape.addons.replayer import Replayer
 from ssetape.addons.tls_failures import TlsFailures
+from ssetape.addons.websockets import WebSockets
 from ssetape.cli.options import (
     DEFAULT_CONFDIR,
     proxy_options,
@@ -27,12 +31,8 @@ from ssetape.cli.options import (
     validate_mode,
     web_option,
 )
-from ssetape.replay.direct_front import run_front
-from ssetape.replay.faults import EXAMPLES, FaultError, Faults
 from ssetape.replay.proxy_runner import ProxyRunner, ProxyStartError
-from ssetape.replay.timed_server import FAULTS_ENV
-from ssetape.storage.store import Store, StoreError
-from ssetape.vocabulary import RecordMode
+from ssetape.vocabulary import LogFormat
 
 if TYPE_CHECKING:
     from ssetape.web.server import Beside
@@ -57,9 +57,13 @@ def proxy_runner(
     price_data: str,
     extra: dict[str, Any],
     on_ready: Callable[[str, int], None],
+    name: str = "",
+    log_format: str = LogFormat.TEXT,
 ) -> ProxyRunner:
     """mitmproxy with ``addons`` and the options of ``proxy_options`` plus ``extra``."""
     options = {
+        "ssetape_name": name,
+        "ssetape_log_format": log_format,
         "ssetape_db": db,
         "ssetape_redact_header": list(redact_header),
         "ssetape_redact_field": list(redact_field),
@@ -92,24 +96,36 @@ def recording_runner(
     # two descriptors instead of one.
     lazy = {"connection_strategy": "lazy"}
     # Control answers the pytest plugin, which shares one recording proxy between tests.
-    # Admin after the recorder: /readyz says "stopping" while the recorder stores the rest.
-    admin = Admin(recorder)
-    addons = [ConnectionGuard(), TlsFailures(), Control(recorder), recorder, admin]
+    # Drain before the recorder (at the stop it hands it the end of the exit line); Admin
+    # after it: /readyz says "stopping" while the recorder stores the rest.
+    drain = Drain(recorder)
+    admin = Admin(recorder, drain)
+    addons = [Logs(recorder), ConnectionGuard(), TlsFailures(), Control(recorder), drain,
+              WebSockets(recorder), recorder, admin, Metrics(recorder, admin),
+              Otlp(recorder)]  # fmt: skip
 
     def ready(host: str, port: int) -> None:
         on_ready(host, port)
-        if admin.url is not None:  # the port chosen, for --admin HOST:0
-            click.echo(f"ssetape admin: listening on {admin.url} (/healthz, /readyz)")
-            sys.stdout.flush()
+        # The ports chosen, for --admin HOST:0 (--metrics at another address: a line more).
+        for url, paths in admin_lines(admin):
+            click.echo(f"ssetape admin: listening on {url} ({paths})")
+        sys.stdout.flush()
 
     runner = proxy_runner(addons, extra=lazy, on_ready=ready, **common)
     return runner, recorder
 
 
+def admin_lines(admin: Admin) -> list[tuple[str, str]]:
+    """Where the admin server listens (each listener answers every path), and the paths."""
+    health, metrics = admin.url_for("ssetape_admin"), admin.url_for("ssetape_metrics")
+    paths = "/healthz, /readyz" + (", /metrics" if metrics is not None else "")
+    return [(url, paths) for url in dict.fromkeys(u for u in (health, metrics) if u)]
+
+
 def serve(runner: ProxyRunner) -> None:
     """Run ``runner`` until it is stopped; a one-line error if it cannot start."""
     try:
-        asyncio.run(runner.run())
+        asyncio.run(settled(runner.run()))
     except ProxyStartError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:
@@ -192,159 +208,44 @@ def exit_report(recorder: Recorder, *, err: bool = False) -> None:
     help="Answer /healthz and /readyz here, for a load balancer or an alert (PORT alone: "
     "on 127.0.0.1; port 0: any free one, printed at start).",
 )
-def record(web: int | None, admin: str | None, **common: Any) -> None:
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0, 86400),
+    metavar="SECONDS",
+    help="At the first SIGTERM or Ctrl-C, refuse new connections and let the exchanges in "
+    "flight finish for this long, then interrupt the rest; a second signal stops at once. "
+    "0: stop at once.  [default: 30]",
+)
+@click.option(
+    "--metrics",
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics at /metrics here (with /healthz and /readyz; the --admin "
+    "address may be the same). Needs the metrics extra: pip install 'ssetape[metrics]'.",
+)
+@click.option("--otlp", is_flag=True, help="Send a span per stored exchange over OTLP/HTTP, "
+              "where OTEL_EXPORTER_OTLP_* say. Needs: pip install 'ssetape[otlp]'.")  # fmt: skip
+def record(
+    web: int | None,
+    admin: str | None,
+    drain_timeout: float | None,
+    metrics: str | None,
+    otlp: bool,
+    **common: Any,
+) -> None:
     """Run a recording proxy until Ctrl-C / SIGTERM."""
     if admin is not None:
         common["sets"] = (*common["sets"], f"ssetape_admin={admin}")
+    if metrics is not None:
+        common["sets"] = (*common["sets"], f"ssetape_metrics={metrics}")
+    if otlp:
+        common["sets"] = (*common["sets"], "ssetape_otlp=true")
+    if drain_timeout is not None:  # else ssetape_drain_timeout's own (a --set may give it)
+        common["sets"] = (*common["sets"], f"ssetape_drain_timeout={drain_timeout:g}")
     beside = viewer(web, common["db"])
     ready = announce("record", common["db"], validate_mode(common["mode"]))
     runner, recorder = recording_runner(with_viewer(ready, beside), **common)
     serve_beside(lambda: serve(runner), beside)
     exit_report(recorder)
-
-
-@click.command()
-@proxy_options
-@click.option(
-    "--speed",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="1 = recorded timing, 2 = twice as fast, 0 = no delays.",
-)
-@click.option(
-    "--record-mode",
-    default=RecordMode.NONE.value,
-    show_default=True,
-    type=click.Choice(RecordMode.names()),
-    help="VCR.py's record modes: what to do with requests not on the tape.",
-)
-@click.option(
-    "--ignore-field",
-    multiple=True,
-    help="JSON body field (dotted path) to leave out of matching (repeatable).",
-)
-@click.option("--match-host/--no-match-host", default=True, show_default=True)
-@click.option(
-    "--repeat/--no-repeat",
-    default=True,
-    show_default=True,
-    help="Keep serving the last recording once all recordings of a request were served in order.",
-)
-@click.option(
-    "--allow-gaps",
-    is_flag=True,
-    help="Serve recordings past the events they miss (default: stop at the first, and say so "
-    "in an x-ssetape-incomplete header either way).",
-)
-@click.option(
-    "--fault",
-    multiple=True,
-    metavar="SPEC",
-    help=f"Serve a real outage at a chosen point (repeatable): {EXAMPLES}.",
-)
-@click.option(
-    "--workers",
-    default=1,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="Replay processes sharing the port, for bursts of hundreds of streams (when nothing "
-    "is forwarded). Each keeps its own order for a request recorded several times.",
-)
-@web_option
-def replay(
-    speed: float,
-    record_mode: str,
-    ignore_field: tuple[str, ...],
-    match_host: bool,
-    repeat: bool,
-    allow_gaps: bool,
-    fault: tuple[str, ...],
-    workers: int,
-    web: int | None,
-    **common: Any,
-) -> None:
-    """Serve recorded streams back with their original timing, until Ctrl-C / SIGTERM."""
-    db, mode = common["db"], common["mode"]
-    try:
-        faults = Faults(fault)
-    except FaultError as e:
-        raise click.BadParameter(str(e), param_hint="--fault") from None
-    if fault:  # the timed server behind mitmproxy reads them from the environment
-        os.environ[FAULTS_ENV] = "\n".join(fault)
-    beside = viewer(web, db)
-    # Nothing can go upstream: ssetape's own server answers, forward or reverse, with no proxy
-    # in the data path. `--set` asks for mitmproxy's options, so it keeps mitmproxy.
-    if workers > 1 and fault:
-        raise click.BadParameter(
-            "faults are served in order by one process", param_hint="--workers"
-        )
-    if not common["sets"] and _nothing_to_forward(db, record_mode):
-        front: dict[str, Any] = {
-            "host": common["host"], "port": common["port"], "speed": speed,
-            "ignore": list(ignore_field), "match_host": match_host, "repeat": repeat,
-            "allow_gaps": allow_gaps, "redact_headers": list(common["redact_header"]),
-            "redact_fields": list(common["redact_field"]), "faults": faults or None,
-            "confdir": common["confdir"], "workers": workers,
-        }  # fmt: skip
-        serve_beside(lambda: _replay_direct(db, validate_mode(mode), beside, front), beside)
-        return
-    if workers > 1:
-        raise click.BadParameter(
-            "more than one worker needs a replay that forwards nothing (record mode none, "
-            "or once with a tape) and no --set",
-            param_hint="--workers",
-        )
-    replayer = Replayer()
-    runner = proxy_runner(
-        [ConnectionGuard(), TlsFailures(), HandshakeSlots(), replayer, Recorder()],
-        on_ready=with_viewer(announce("replay", db, validate_mode(mode)), beside),
-        extra={
-            "ssetape_speed": repr(speed),
-            "ssetape_record_mode": record_mode,
-            "ssetape_ignore_field": list(ignore_field),
-            "ssetape_match_host": match_host,
-            "ssetape_repeat": repeat,
-            "ssetape_allow_gaps": allow_gaps,
-            "connection_strategy": "lazy",
-        },
-        **common,
-    )
-    serve_beside(lambda: serve(runner), beside)
-    if replayer.hits or replayer.misses:
-        click.echo(f"ssetape: replayed {replayer.hits}, missed {replayer.misses}")
-
-
-def _nothing_to_forward(db: str, record_mode: str) -> bool:
-    """True when no request can go upstream: replay may bypass mitmproxy entirely."""
-    mode = RecordMode(record_mode)
-    if mode == RecordMode.NONE:
-        return True
-    if mode != RecordMode.ONCE:
-        return False
-    try:
-        store = Store.open(db, create=False)
-    except StoreError:
-        return False  # no tape yet: `once` records
-    try:
-        return bool(store.exchanges(limit=1))
-    finally:
-        store.close()
-
-
-def _replay_direct(db: str, mode: str, beside: Beside | None, front: dict[str, Any]) -> None:
-    try:
-        run_front(
-            db,
-            mode.partition(":")[2],  # empty in forward mode ("regular")
-            on_ready=with_viewer(announce("replay", db, mode), beside),
-            **front,
-        )
-    except (StoreError, ValueError, RuntimeError) as e:
-        raise click.ClickException(str(e)) from None
-    except OSError as e:
-        where = f"{front['host']}:{front['port']}"
-        raise click.ClickException(f"cannot listen on {where}: {e.strerror}") from None
 
 
 @click.command()

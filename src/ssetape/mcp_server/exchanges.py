@@ -21,14 +21,17 @@ from ssetape.storage.filters import RANGES, ExchangeFilter
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.sorted_pages import NEWEST, Sort
+from ssetape.storage.text_matches import TextMatch, TextMatches
 from ssetape.views.documents import knowledge, summary
-from ssetape.vocabulary import outcome_choices, parse_outcome
+from ssetape.vocabulary import fault_choices, outcome_choices, parse_fault, parse_outcome
 
 __all__ = [
     "EVENTS_MAX",
+    "FAULTS",
     "OUTCOMES",
     "RANGE_ARGS",
     "event_doc",
+    "fault_of",
     "get_exchange",
     "list_exchanges",
     "lookup",
@@ -38,6 +41,8 @@ __all__ = [
 EVENTS_MAX = 200
 # What an outcome filter takes: every outcome, then "failed" (all those counted as failed).
 OUTCOMES = tuple(outcome_choices())
+# What a fault argument takes: every fault, then "any".
+FAULTS = tuple(fault_choices())
 # Characters of one event's data handed out.
 EVENT_TEXT = 1000
 _LONG_TEXTS = ("output_text", "refusal_text", "reasoning_text")
@@ -66,15 +71,27 @@ def outcome_of(outcome: str | None) -> str | None:
         raise ToolError(str(e)) from None
 
 
+def fault_of(fault: str | None) -> str | None:
+    """``fault`` if a fault argument takes it; a ToolError naming the choices otherwise."""
+    if fault is None:
+        return None
+    try:
+        return parse_fault(fault)
+    except ValueError as e:
+        raise ToolError(str(e)) from None
+
+
 def list_exchanges(
     queries: Queries, *, api: str | None = None, model: str | None = None,
-    outcome: str | None = None, host: str | None = None, since: str | None = None,
+    outcome: str | None = None, fault: str | None = None, host: str | None = None,
+    since: str | None = None,
     text: str | None = None, order_by: str = NEWEST, limit: int = 20, cursor: str | None = None,
     max_bytes: int = PAGE_BYTES, **ranges_ms: float | None,
 ) -> dict[str, Any]:  # fmt: skip
     """``ranges_ms``: min_ttft_ms=2000 and the like (:data:`RANGE_ARGS`), in milliseconds."""
-    filters = ExchangeFilter(api=api, model=model, outcome=outcome_of(outcome), host=host,
-                             since=since_of(since), text=text, **_ranges(ranges_ms))  # fmt: skip
+    filters = ExchangeFilter(api=api, model=model, outcome=outcome_of(outcome),
+                             fault=fault_of(fault), host=host, since=since_of(since), text=text,
+                             **_ranges(ranges_ms))  # fmt: skip
     n, budget = limit_of(limit), budget_of(max_bytes)
     try:
         sort = Sort.parse(order_by, option="order_by")
@@ -82,7 +99,10 @@ def list_exchanges(
     except ValueError as e:  # an unknown order, or a cursor of another
         raise ToolError(str(e)) from None
     counts = queries.finding_counts([x.id for x in rows])
-    page = Page.fill(rows, lambda x: {**clip(summary(x)), "findings": counts.get(x.id, 0)},
+    # A text search: where each exchange has the text, and the text around it.
+    found = TextMatches(queries.store).around([x.id for x in rows], text) if text else {}
+    page = Page.fill(rows, lambda x: {**clip(summary(x)), "findings": counts.get(x.id, 0),
+                                      **TextMatch.doc_of(found, x.id, text)},
                      budget, "exchange")  # fmt: skip
     last = rows[page.rows - 1] if page.more(rows, n) else None
     return {"exchanges": page.docs, "next_cursor": sort.cursor(last) if last else None,

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 
 from ssetape.analysis.stats import GROUP_BY, Stats
 from ssetape.mcp_server import comparison, exchanges, findings, sessions, stalls
-from ssetape.mcp_server.exchanges import OUTCOMES, RANGE_ARGS
+from ssetape.mcp_server.exchanges import FAULTS, OUTCOMES, RANGE_ARGS, fault_of
 from ssetape.mcp_server.paging import MAX_PAGE_BYTES, MIN_PAGE_BYTES, PAGE_BYTES, ToolError
 from ssetape.mcp_server.sdk import (
     PAST,
@@ -38,6 +38,7 @@ from ssetape.storage.queries import Queries
 from ssetape.storage.sorted_pages import NEWEST, SORTS
 from ssetape.storage.standby import standby_state
 from ssetape.storage.store import Store
+from ssetape.vocabulary import DEFAULT_FAULT
 
 __all__ = ["READ_ONLY", "UNTRUSTED", "build", "serve"]
 
@@ -57,6 +58,13 @@ MaxBytes = Annotated[int, Field(description=(
     "before the item that would pass it (page_bytes, events_page_bytes: what it took)."
 ))]  # fmt: skip
 Since = Annotated[str | None, Field(description="30m, 1h, 2d ago, or an ISO date/datetime.")]
+TextArg = Annotated[
+    str | None,
+    Field(
+        description="In the request's text (the prompt), the output text or the path: each "
+        "exchange found has a match, where (prompt, output or path) and the text around it."
+    ),
+]
 Until = Annotated[
     str | None, Field(description="Started before: 30m, 1h, 2d ago, or an ISO date/datetime.")
 ]
@@ -68,6 +76,20 @@ OutcomeArg = Annotated[
     WithJsonSchema({"anyOf": [{"type": "string", "enum": list(OUTCOMES)}, {"type": "null"}]}),
     Field(description="How the exchange ended: its outcome, or failed (every failed one)."),
 ]
+_WHOSE = ("provider (an error event, an HTTP 5xx or 429, a cut stream), client (an HTTP "
+          "4xx, or it went away), network (no response), ssetape (the recorder stopped or "
+          "died first), or any")  # fmt: skip
+FaultArg = Annotated[
+    str | None,
+    WithJsonSchema({"anyOf": [{"type": "string", "enum": list(FAULTS)}, {"type": "null"}]}),
+    Field(description=f"Only the exchanges this one failed: {_WHOSE}."),
+]
+CountedFault = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "enum": list(FAULTS), "default": DEFAULT_FAULT.value}),
+    Field(description=f"Whose failures failed and failed_rate count: {_WHOSE}; faults has "
+          "every group's failures by fault."),
+]  # fmt: skip
 # Listed inline too; checked by the tool (a one-line error naming the choices).
 OrderBy = Annotated[
     str,
@@ -117,8 +139,8 @@ def build(store: Store, log_level: LogLevel = "WARNING") -> Server:
           "usage, findings count).")  # fmt: skip
     async def list_exchanges(
         api: str | None = None, model: str | None = None, outcome: OutcomeArg = None,
-        host: str | None = None, since: Since = None,
-        text: Annotated[str | None, Field(description="In the output text or the path.")] = None,
+        fault: FaultArg = None, host: str | None = None, since: Since = None,
+        text: TextArg = None,
         order_by: OrderBy = NEWEST, limit: Limit = 20, cursor: Cursor = None,
         max_bytes: MaxBytes = PAGE_BYTES, min_duration_ms: Ms = None,
         max_duration_ms: Ms = None, min_ttfb_ms: Ms = None, max_ttfb_ms: Ms = None,
@@ -127,8 +149,8 @@ def build(store: Store, log_level: LogLevel = "WARNING") -> Server:
     ) -> dict[str, Any]:  # fmt: skip
         ranges = {k: v for k, v in locals().items() if k in RANGE_ARGS}
         return await run(exchanges.list_exchanges, api=api, model=model, outcome=outcome,
-                         host=host, since=since, text=text, order_by=order_by, limit=limit,
-                         cursor=cursor, max_bytes=max_bytes, **ranges)  # fmt: skip
+                         fault=fault, host=host, since=since, text=text, order_by=order_by,
+                         limit=limit, cursor=cursor, max_bytes=max_bytes, **ranges)  # fmt: skip
 
     @tool("One exchange in detail: request, response, analysis (outcome, usage, timing, gaps, "
           "output text, findings); with events=true a page of its stream's events from "
@@ -142,20 +164,22 @@ def build(store: Store, log_level: LogLevel = "WARNING") -> Server:
         return await run(exchanges.get_exchange, id, events=events, after_seq=after_seq,
                          limit=limit, max_bytes=max_bytes)  # fmt: skip
 
-    @tool("Counts, error rates, TTFB/TTFT percentiles (ms) and tokens, as `ssetape stats "
-          f"--json`, grouped by one of {sorted(GROUP_BY)} or not at all; `standby`: how far "
-          "behind the primary they were read, when the store is read through a hot "
-          "standby (else null).")  # fmt: skip
+    @tool("Counts, error rates (the provider's failures unless fault says whose), TTFB/TTFT "
+          "percentiles (ms) and tokens, as `ssetape stats --json`, grouped by one of "
+          f"{sorted(GROUP_BY)} or not at all; `standby`: how far behind the primary they "
+          "were read, when the store is read through a hot standby (else null).")  # fmt: skip
     async def stats(
-        group_by: str | None = None, since: Since = None, until: Until = None
-    ) -> dict[str, Any]:
+        group_by: str | None = None, since: Since = None, until: Until = None,
+        fault: CountedFault = DEFAULT_FAULT.value,
+    ) -> dict[str, Any]:  # fmt: skip
         if group_by is not None and group_by not in GROUP_BY:
             raise ToolError(f"group_by: one of {', '.join(sorted(GROUP_BY))}")
+        whose = fault_of(fault) or DEFAULT_FAULT.value
         filters = sessions.window(since, until)
-        groups = await anyio.to_thread.run_sync(Stats(store).groups, group_by, filters)
+        groups = await anyio.to_thread.run_sync(Stats(store).groups, group_by, filters, whose)
         # Read through a hot standby (--read-db): as of its last replayed change.
         standby = await anyio.to_thread.run_sync(standby_state, store.engine)
-        return {"groups": clip(groups[:GROUPS_SHOWN]), "groups_total": len(groups),
+        return {"groups": clip(groups[:GROUPS_SHOWN]), "groups_total": len(groups), "fault": whose,
                 "truncated": len(groups) > GROUPS_SHOWN,
                 "standby": standby.to_json() if standby is not None else None}  # fmt: skip
 

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Any
 
 from ssetape.recording.protocol import (
     Counts,
@@ -25,7 +26,7 @@ from ssetape.recording.protocol import (
     encode_frame,
 )
 
-__all__ = ["PIPE_SIZE", "Child"]
+__all__ = ["PIPE_SIZE", "Child", "Listeners"]
 
 log = logging.getLogger("ssetape.recorder")
 
@@ -33,10 +34,37 @@ PIPE_SIZE = 1 << 20
 CONTROL_SIZE = 256 << 10  # room for where a few thousand streams break off
 
 
+# The reports a link's listeners hear (the proxy's metrics, ssetape.telemetry).
+HEARD = frozenset({Report.STORED, Report.WRITES})
+
+
+class Listeners:
+    """Who hears what a link's recording processes report beside their counts: each is
+    called with the report's kind and value on the thread that reads the reports, so it
+    must be quick; any thread may add or remove one."""
+
+    def __init__(self) -> None:
+        self._each: tuple[Callable[[Report, Any], object], ...] = ()
+
+    def add(self, listener: Callable[[Report, Any], object]) -> None:
+        self._each = (*self._each, listener)
+
+    def remove(self, listener: Callable[[Report, Any], object]) -> None:
+        self._each = tuple(x for x in self._each if x != listener)
+
+    def __call__(self, kind: Report, value: Any) -> None:
+        for listener in self._each:
+            try:
+                listener(kind, value)
+            except Exception:  # a listener's bug must not stop the reports being read
+                log.exception("ssetape: a listener of the recording process's reports failed")
+
+
 class Child:
     """One recording process and the thread that reads its reports."""
 
-    def __init__(self) -> None:
+    def __init__(self, listeners: Listeners | None = None) -> None:
+        self.listeners = listeners or Listeners()
         # Its other pipe, for the last word only: when it did not take the rest of stdin in
         # time, what it will never get (see RecordLink.close). Empty until then, so that
         # word never waits behind the backlog.
@@ -125,6 +153,8 @@ class Child:
                     self._counted = False
                     self.done += len(value)
                     self.finishing.difference_update(value)
+                elif kind in HEARD:
+                    self.listeners(kind, value)
                 elif kind is Report.FINAL:
                     self.final = value
                 elif kind is Report.READY:

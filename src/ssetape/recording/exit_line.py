@@ -6,15 +6,25 @@ from __future__ import annotations
 from ssetape.recording.link import RecordLink
 from ssetape.recording.protocol import FinalCounts
 
-__all__ = ["counts_line"]
+__all__ = ["counts_line", "drain_note"]
 
 
 def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def counts_line(final: FinalCounts | None, link: RecordLink) -> tuple[str | None, bool]:
-    """One line with what was stored and lost, and whether anything was lost."""
+def counts_line(
+    final: FinalCounts | None, link: RecordLink, note: str | None = None
+) -> tuple[str | None, bool]:
+    """One line with what was stored and lost, and whether anything was lost; ``note`` ends
+    it (how the stop went: a drain, the exchanges it interrupted)."""
+    line, warned = _counts(final, link)
+    if note is None:
+        return line, warned
+    return (f"{line}; {note}" if line is not None else f"ssetape: {note}"), warned
+
+
+def _counts(final: FinalCounts | None, link: RecordLink) -> tuple[str | None, bool]:
     if final is None:
         return (
             f"ssetape: the recording process did not report its counts; "
@@ -51,3 +61,14 @@ def counts_line(final: FinalCounts | None, link: RecordLink) -> tuple[str | None
     if not final.saved:
         parts.append(f"counts not saved to the store ({final.last_failure})")
     return ", ".join(parts), bool(bad) or not final.saved
+
+
+def drain_note(ended: int, left: int, how: str, took: float, *, drained: bool = True) -> str | None:
+    """How a stop went, for the end of the exit line: the exchanges in flight that ``ended``
+    while it drained (``took`` seconds) and those ``left`` to be interrupted ``how``; None
+    when nothing was in flight."""
+    if not drained:
+        return f"{_n(left, 'exchange')} in flight interrupted {how}" if left else None
+    if not left:
+        return f"drained {_n(ended, 'exchange')} in {took:.1f} s" if ended else None
+    return f"drained {_n(ended, 'exchange')}, {_n(left, 'exchange')} interrupted {how}"

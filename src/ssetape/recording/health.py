@@ -22,11 +22,12 @@ import time
 from dataclasses import dataclass
 
 from ssetape.recording.link_health import LinkHealth
+from ssetape.storage.runs import STALL_AFTER
 
 __all__ = ["SILENT", "STALL", "Check", "Health"]
 
 SILENT = 10.0  # seconds without a report from the recording process: it is not alive
-STALL = 15.0  # seconds bytes wait for its pipe without it taking any: it is stalled
+STALL = STALL_AFTER  # seconds bytes wait for its pipe without it taking any: it is stalled
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,16 @@ class Health:
             elif stored > seen.stored:
                 seen.failing = False
             seen.errors, seen.stored = c.store_errors, stored
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the recording process of the latest sample has made no progress: sent
+        no report, or had bytes waiting for its pipe that it did not take; 0 if none."""
+        with self._lock:
+            seen = self._seen
+            if seen is None:
+                return 0.0
+            stuck = now - seen.moved_at if seen.waiting else 0.0
+            return max(now - seen.reported_at, stuck)
 
     def checks(self, link: LinkHealth | None, now: float | None = None) -> list[Check]:
         """The recording process's checks: ``link`` None when the proxy records nothing."""

@@ -28,7 +28,7 @@ from typing import Any
 from ssetape.framing.framings import Framing
 from ssetape.recording.backlog import Backlog
 from ssetape.recording.capture import MAX_DECODED, MAX_EVENT
-from ssetape.recording.child import PIPE_SIZE, Child
+from ssetape.recording.child import PIPE_SIZE, Child, Listeners
 from ssetape.recording.event_count import EventCount
 from ssetape.recording.link_health import LinkHealth
 from ssetape.recording.losses import Losses
@@ -97,7 +97,7 @@ class RecordLink:
         self._closing = False
         self._spawned = False
         self._losses = Losses()  # the proxy's own
-        self.restarts = 0
+        self.restarts, self.listeners = 0, Listeners()  # who hears its STORED, WRITES reports
         # Recording processes that died, settled from the store at close.
         self.retired = Retired()
 
@@ -131,8 +131,12 @@ class RecordLink:
 
     def health(self) -> LinkHealth:
         """For health checks (``addons.admin``): any thread may call it."""
-        child, waiting = self._child, len(self._out)
-        return LinkHealth.of(child, spawned=self._spawned, waiting=waiting, bound=self._max_buffer)
+        return LinkHealth.of(self._child, self._spawned, len(self._out), self._max_buffer)
+
+    def rename(self, name: str) -> None:  # its run rows' instance (addons.logs), on the loop
+        self._cfg = dataclasses.replace(self._cfg, name=name)  # the next process's too
+        self._batch += [Configure(self._cfg)] if self._spawned else []
+        self._schedule()
 
     # The proxy's side: called on its event loop (or wherever its hooks run), never blocks.
 
@@ -299,7 +303,7 @@ class RecordLink:
     def _spawn(self) -> None:
         self._spawned = True
         try:
-            self._child = Child()
+            self._child = Child(self.listeners)
         except OSError as e:
             log.error("ssetape: cannot start the recording process: %s", e)
             self._restart_at = time.monotonic() + self._backoff

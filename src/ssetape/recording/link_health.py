@@ -24,7 +24,7 @@ class LinkHealth:
     bound: int  # past this, new chunks are dropped (and counted)
 
     @classmethod
-    def of(cls, child: Child | None, *, spawned: bool, waiting: int, bound: int) -> LinkHealth:
+    def of(cls, child: Child | None, spawned: bool, waiting: int, bound: int) -> LinkHealth:
         if child is None:
             return cls(spawned, None, False, False, Counts(), waiting, bound)
         running = not child.ended.is_set()

@@ -20,6 +20,7 @@ from ssetape.recording.protocol import (
     Message,
     Stream,
     Update,
+    WsMessage,
 )
 
 __all__ = ["Losses"]
@@ -69,7 +70,9 @@ class Losses:
         for msg in batch:
             if isinstance(msg, Finish) and msg.uid in orphans:
                 orphans.discard(msg.uid)
-            elif not (isinstance(msg, Chunk | Gap | Update | Stream) and msg.uid in orphans):
+            elif not (
+                isinstance(msg, Chunk | Gap | Update | Stream | WsMessage) and msg.uid in orphans
+            ):
                 kept.append(msg)
         return kept
 

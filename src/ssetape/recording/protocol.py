@@ -7,13 +7,15 @@ travel.
 one exchange, offsets are integer microseconds from the moment the proxy had the whole
 request):
 
-- :class:`Configure`: always the first message
+- :class:`Configure`: always the first message; a later one only renames the instance
 - :class:`Begin`: the request arrived; :class:`Update`: response headers
 - :class:`Stream`: a streamed body begins: how it is cut into events (a ``Framing`` value), the
   bytes one of its events and its decoded body may take (the proxy's options when it began)
 - :class:`Chunk`: one relayed chunk, stamped by the proxy
 - :class:`Gap`: chunks the proxy did not pass on (the recording process fell behind); ``tail``:
   their last bytes, to find where the next event starts
+- :class:`WsMessage`: one WebSocket message of a session (the exchange is its upgrade),
+  stamped by the proxy: who sent it (a ``Direction``), its ``Opcode`` and its exact payload
 - :class:`Finish`: the exchange ended
 - :class:`Lost`: what the proxy itself lost since its last ``Lost``
 - :class:`Close`: store what is left and exit
@@ -27,7 +29,9 @@ If stdin ends without ``Close``, the proxy is gone (killed): everything it sent 
 stored and its exchanges in flight are marked interrupted.
 
 **Reports**, recording process -> proxy (a private copy of stdout): JSON lines, each one
-object with one key, a :class:`Report`.
+object with one key, a :class:`Report`. Two of them feed the proxy's metrics
+(``ssetape.telemetry``): :class:`StoredExchange` (each exchange as the store now holds it) and
+:class:`StoreWrites` (the store's transactions and queue, with each ``COUNTS``).
 
 A message or report the other side does not know is logged as an error, never skipped: the
 two ends come from one installation, so it can only mean a bug or mismatched versions.
@@ -61,10 +65,13 @@ __all__ = [
     "Message",
     "Report",
     "RetentionPolicy",
+    "StoreWrites",
+    "StoredExchange",
     "Stream",
     "Unknown",
     "Update",
     "WorkerConfig",
+    "WsMessage",
     "decode_report",
     "encode_frame",
     "encode_report",
@@ -106,6 +113,14 @@ class Gap(NamedTuple):
     tail: bytes
 
 
+class WsMessage(NamedTuple):
+    uid: str
+    offset_us: int
+    direction: str  # a Direction value
+    opcode: str  # an Opcode value
+    data: bytes
+
+
 class Finish(NamedTuple):
     uid: str
     offset_us: int
@@ -128,12 +143,14 @@ class Unknown(NamedTuple):
     tag: str
 
 
-Message = Configure | Begin | Update | Stream | Chunk | Gap | Finish | Lost | Close | Unknown
+Message = (
+    Configure | Begin | Update | Stream | Chunk | Gap | WsMessage | Finish | Lost | Close | Unknown
+)
 
 # The tags on the pipe, and the types they stand for.
 _TAGS: dict[type[Any], str] = {
     Configure: "cfg", Begin: "b", Update: "u", Stream: "s", Chunk: "c", Gap: "g",
-    Finish: "f", Lost: "n", Close: "close",
+    Finish: "f", Lost: "n", Close: "close", WsMessage: "w",
 }  # fmt: skip
 _TYPES = {tag: (kind, 1 + len(kind._fields)) for kind, tag in _TAGS.items()}
 
@@ -161,6 +178,8 @@ class WorkerConfig:
     price_data: str | None = None
     # Pruned on a schedule in a thread of the recording process; None: kept for ever.
     retention: RetentionPolicy | None = None
+    # The instance its run rows name (`--name`, else HOST:PORT); None: not known yet.
+    name: str | None = None
 
 
 def encode_frame(batch: list[Message]) -> bytes:
@@ -192,6 +211,56 @@ class Report(StrEnum):
     COUNTS = "counts"  # Counts, twice a second: if the process dies, the proxy still knows
     DONE = "done"  # [uid, ...]: exchanges whose finish was just committed (COUNTS follows)
     FINAL = "final"  # FinalCounts, once, at the very end
+    STORED = "stored"  # [StoredExchange, ...]: exchanges whose end and analysis were committed
+    WRITES = "writes"  # StoreWrites, before each COUNTS: the store's work since the last
+
+
+@dataclass(frozen=True, slots=True)
+class StoredExchange:
+    """One exchange as the store holds it once its end and its analysis are committed: what
+    the proxy's metrics count, so that they and ``ssetape stats`` agree (see docs/FIGURES.md
+    for each figure). The knowledge fields are None when its analysis could not be saved."""
+
+    api: str | None
+    model: str | None
+    outcome: str | None
+    fault: str | None  # vocabulary.Fault
+    status: int | None
+    state: str  # vocabulary.ExchangeState
+    host: str
+    port: int | None
+    duration_us: int | None
+    ttft_us: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    # The gaps between its content events, counted per bucket of recording.stored.BOUNDS_US
+    # (one count more than bounds: the last is past them all), and their sum.
+    gaps: list[int]
+    gaps_us: int
+    # For its span (`ssetape record --otlp`, ssetape.telemetry.spans), as stored: started_at in
+    # microseconds since the Unix epoch, is_stream, outcome_reason, how many findings; its
+    # stalls (recording.stored.stalls_of: [start offset, gap], the longest) and their count.
+    uid: str = ""
+    started_us: int | None = None
+    ttfb_us: int | None = None
+    gap_max_us: int | None = None
+    stream: bool | None = None
+    reason: str | None = None
+    findings: int = 0
+    stalls: list[list[int]] | None = None
+    stall_count: int = 0
+    # The stored prompt and output text, only when the content-capture opt-in is set.
+    request_text: str | None = None
+    output_text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreWrites:
+    """What the recording process's store did since its last report."""
+
+    seconds: list[float]  # each transaction of recorded rows, commit included
+    queued: int  # rows taken in and not yet committed or dropped, now
+    stream_bytes: int  # bytes of streamed bodies it took (to parse and store)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +291,7 @@ class FinalCounts(Counts):
 
 
 def encode_report(kind: Report, value: object) -> bytes:
-    if isinstance(value, Counts):
-        value = dataclasses.asdict(value)
+    # orjson writes a dataclass as an object of its fields (a list of them, as a list).
     return orjson.dumps({kind.value: value}) + b"\n"
 
 
@@ -240,9 +308,18 @@ def decode_report(line: bytes) -> tuple[Report, Any]:
         kind = Report(key)
     except ValueError:
         raise ValueError(f"unknown report {key[:40]!r}") from None
-    if kind in (Report.COUNTS, Report.FINAL):
-        try:
-            value = (Counts if kind is Report.COUNTS else FinalCounts)(**value)
-        except TypeError as e:  # a key one side does not know
-            raise ValueError(f"bad {kind} report: {e}") from None
+    try:
+        if kind in (Report.COUNTS, Report.FINAL, Report.WRITES):
+            value = _TYPED[kind](**value)
+        elif kind is Report.STORED:
+            value = [StoredExchange(**one) for one in value]
+    except TypeError as e:  # a key one side does not know
+        raise ValueError(f"bad {kind} report: {e}") from None
     return kind, value
+
+
+_TYPED: dict[Report, type[Any]] = {
+    Report.COUNTS: Counts,
+    Report.FINAL: FinalCounts,
+    Report.WRITES: StoreWrites,
+}

@@ -42,18 +42,23 @@ from ssetape.recording.protocol import (
     Lost,
     Message,
     Report,
+    StoredExchange,
     Stream,
     Unknown,
     Update,
     WorkerConfig,
+    WsMessage,
     encode_report,
     read_frames,
 )
 from ssetape.recording.retention import Retention
+from ssetape.recording.stored import StoredFigures, StoreWork
+from ssetape.recording.ws_sessions import WsSessions
 from ssetape.storage.engine import one_line
 from ssetape.storage.ledger import Ledger
 from ssetape.storage.runs import RunCounts, RunReporter, Runs
 from ssetape.storage.store import Store
+from ssetape.storage.write_times import WriteTimes
 from ssetape.storage.writer import Writer
 from ssetape.vocabulary import ExchangeState
 
@@ -106,10 +111,14 @@ class RecordWorker:
         self.recorder_id = str(RecorderId.current())
         # The proxy opened (and migrated) it already.
         self.store = Store.open(cfg.db, create=False, migrate=False, deadline=cfg.deadline)
+        # What the proxy's metrics read: each exchange as stored, and the store's work.
+        self.figures = StoredFigures(lambda uid: self.live.take_timed(uid))
+        self.work = StoreWork(WriteTimes(self.store.engine))
+        self.on_figures: Callable[[list[StoredExchange]], object] = lambda figures: None
         # Each stream is analysed as it is captured; its knowledge is saved when the
         # exchange's finish is committed (in the writer's thread).
         self.knowledge = Knowledge(
-            self.store, lambda uid: self.live.take(uid), prices=LazyPriceBook(cfg.price_data)
+            self.store, self.figures.take, prices=LazyPriceBook(cfg.price_data)
         )
         self.writer = Writer(
             self.store,
@@ -118,10 +127,15 @@ class RecordWorker:
             deadline=cfg.deadline,
             # What it stored goes into its run row with the rows themselves: if this process
             # dies, the proxy reads it there (recording.retired), never recounts rows.
-            on_commit=lambda conn, exchanges, events: self.reporter.stored(conn, exchanges, events),
+            on_commit=self.work.times.timing(
+                lambda conn, exchanges, events: self.reporter.stored(conn, exchanges, events)
+            ),
         )
         self.live = LiveAnalysis(self.writer)
-        self.reporter = RunReporter(Runs(self.store), self.recorder_id, self.run_counts)
+        self.sessions = WsSessions(self.writer, self.writer.ledger, self.live)  # WebSocket
+        self.reporter = RunReporter(
+            Runs(self.store), self.recorder_id, self.run_counts, name=cfg.name
+        )
         # ssetape_retain: pruned here, on this process's engine, never in the proxy's.
         self.retention = Retention(self.store, cfg.retention) if cfg.retention is not None else None
         self.active = cfg.active
@@ -139,6 +153,7 @@ class RecordWorker:
             Update: self._update,
             Stream: self._stream,
             Gap: self._gap,
+            WsMessage: lambda msg: self.sessions.message(msg, self.open),
             Finish: self._finish,
             Lost: self._lost,
             Close: self._close,
@@ -198,6 +213,7 @@ class RecordWorker:
     # One method per message type (see ssetape.recording.protocol).
 
     def _chunk(self, msg: Chunk) -> None:
+        self.work.stream_bytes += len(msg.data)
         capture = self.captures.get(msg.uid)
         if capture is None:
             self.ledger.not_stored(self.strays.chunk(msg.uid, msg.data))
@@ -208,12 +224,14 @@ class RecordWorker:
         uid, fields = msg
         self.open.add(uid)
         self.live.begin(uid, fields)
+        self.figures.begin(uid, fields)
         self.writer.begin(uid, recorder=self.recorder_id, **fields)
         self.reporter.activate()
 
     def _update(self, msg: Update) -> None:
         if msg.uid in self.open:  # else begun in a recording process that died: the sweep's
             self.live.update(msg.uid, msg.fields)
+            self.figures.update(msg.uid, msg.fields)
             self.writer.update(msg.uid, **msg.fields)
 
     def _stream(self, msg: Stream) -> None:
@@ -249,16 +267,24 @@ class RecordWorker:
         self.closed = True
 
     def _configure(self, msg: Configure) -> None:
-        log.error("ssetape: the proxy configured the recording process twice; ignored")
+        # A later one names the instance (the port the proxy chose, known once it listens).
+        self.reporter.name = msg.config.name
 
     def finished(self, done: list[tuple[int, str]]) -> None:
         """The writer committed these exchanges' finish (called in its thread)."""
         self.ledger.finished(len(done))
-        self.on_stored([uid for _, uid in done])
-        self.knowledge.save_live(done)
+        uids = [uid for _, uid in done]
+        self.on_stored(uids)
+        saved = False
+        try:
+            self.knowledge.save_live(done)
+            saved = True
+        finally:  # the store holds them, with their analysis or without
+            self.on_figures(self.figures.stored(uids, analysed=saved))
 
     def finish(self, uid: str, offset: int, fields: dict[str, Any]) -> None:
         self.open.discard(uid)
+        self.sessions.finish(uid)
         capture = self.captures.pop(uid, None)
         if capture is not None:
             capture.close(offset)
@@ -270,6 +296,7 @@ class RecordWorker:
                 fields["gap_seq"] = capture.gap_seq
             fields["error"] = "; ".join(n for n in notes if n) or None
         self.live.finish(uid, fields)
+        self.figures.finish(uid, fields)
         self.writer.finish(uid, **fields)
 
     def stop(self) -> FinalCounts:
@@ -312,6 +339,7 @@ def tune_gc() -> None:
 def report(worker: RecordWorker, channel: Channel, stop: threading.Event) -> None:
     """What is stored so far, twice a second: if this process dies, the proxy still knows."""
     while not stop.wait(REPORT_EVERY):
+        channel.send(Report.WRITES, worker.work.report(worker.ledger.pending))
         if not channel.send(Report.COUNTS, worker.counts()):
             return
 
@@ -342,6 +370,7 @@ def main() -> int:
         worker.on_stored = lambda uids: (
             channel.send(Report.DONE, uids) and channel.send(Report.COUNTS, worker.counts())
         )
+        worker.on_figures = lambda figures: figures and channel.send(Report.STORED, figures)
         worker.start()
     except Exception as e:
         log.error("ssetape: the recording process cannot start: %s", one_line(e))
@@ -366,6 +395,7 @@ def main() -> int:
                 worker.handle_batch(batch)
     final = worker.stop()
     reporting.set()
+    channel.send(Report.WRITES, worker.work.report(0))
     channel.send(Report.FINAL, final)  # if the proxy is gone, the run row holds the same counts
     return 0
 

@@ -65,8 +65,10 @@ class SharedRecorder:
         self.what = what
         self.forward = forward
         preexec = _die_with_parent if sys.platform.startswith("linux") else None
+        # Stopped at the session's end, everything settled: a stream a test left open is
+        # not waited for (`ssetape record` drains 30 s by default).
         self.child = ChildProxy(
-            [*args, "--set", f"ssetape_control={self._secret}"],
+            [*args, "--set", f"ssetape_control={self._secret}", "--set", "ssetape_drain_timeout=0"],
             what=what,
             cwd=cwd,
             preexec_fn=preexec,

@@ -57,6 +57,8 @@ def summary(x: Exchange) -> dict[str, Any]:
         "model": x.model,
         "outcome": x.outcome,
         "reason": x.outcome_reason,
+        # Who made it fail (vocabulary.Fault): null when it did not.
+        "fault": x.fault,
         "usage": {
             "input_tokens": x.input_tokens,
             "output_tokens": x.output_tokens,

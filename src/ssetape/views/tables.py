@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -14,7 +14,8 @@ from ssetape.cost.price import NO_PRICE, format_usd, price_line
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.views.documents import origin_of, summary, url_of
 from ssetape.views.escape import abbreviated, abbreviated_bytes, cell, visible
-from ssetape.vocabulary import ExchangeState, Outcome
+from ssetape.views.stat_table import stats_table
+from ssetape.vocabulary import ExchangeState, Outcome, RunState
 
 __all__ = [
     "BODY_MAX",
@@ -302,6 +303,7 @@ def _knowledge_line(x: Exchange) -> Text:
     return Text.assemble(
         visible(f"{x.api} {x.model or '-'}  "),
         (visible(f"{x.outcome}{reason}"), _OUTCOME_STYLE.get(x.outcome or "", "yellow")),
+        visible(f"  fault {x.fault}") if x.fault else "",
         f"  tokens in/out {_tokens(x) or '-'}{_token_parts(x)}{tps}{gaps}",
         visible(f"  profile {x.profile}") if x.profile else "",
     )
@@ -335,70 +337,11 @@ def _said(x: Exchange) -> list[Text]:
     return out
 
 
-def _pair(d: dict[str, float | None]) -> str:
-    return "/".join("-" if v is None else f"{v:.0f}" for v in (d["p50"], d["p95"]))
-
-
-def _tps(r: dict[str, Any]) -> str:
-    tps = r["tokens_per_s"]["p50"]
-    return "-" if tps is None else f"{tps:.1f}"
-
-
-def _seconds(ms: float | None) -> str:
-    return "-" if ms is None else f"{ms / 1000:.2f}"
-
-
-# `ssetape stats` columns: header, cell. A session's own times (see Stats.groups) replace
-# TTFB and tokens per second there, so that a row still fits 80 columns.
-_STATS: list[tuple[str, Callable[[dict[str, Any]], str | Text]]] = [
-    ("n", lambda r: str(r["count"])),
-    ("failed", lambda r: f"{r['failed']} {100 * r['failed_rate']:.0f}%"),
-    ("ttfb p50/95", lambda r: _pair(r["ttfb_ms"])),
-    ("ttft p50/95", lambda r: _pair(r["ttft_ms"])),
-    ("tok in", lambda r: f"{r['input_tokens']:,}"),
-    ("tok out", lambda r: f"{r['output_tokens']:,}"),
-    ("tok/s", _tps),
-    ("cost", lambda r: _group_cost(r)),
-    ("wall s", lambda r: _seconds(r["wall_ms"])),
-    ("ttft sum s", lambda r: _seconds(r["ttft_total_ms"])),
-]
-_SESSION_ONLY = frozenset({"wall s", "ttft sum s"})
-_NOT_FOR_SESSIONS = frozenset({"ttfb p50/95", "tok/s"})
-
-
-def stats_table(rows: list[dict[str, Any]], by: str | None, width: int = 80) -> Table:
-    """`ssetape stats` for people: one row per group (see Stats.groups); the group's name
-    takes what a terminal ``width`` wide leaves beside the figures (Bedrock's model ids share
-    long prefixes: cut too soon, two read the same)."""
-    t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
-    t.add_column(by or "group", no_wrap=True, overflow="ellipsis", max_width=max(15, width - 100))
-    skip = _NOT_FOR_SESSIONS if by == "session" else _SESSION_ONLY
-    columns = [(head, fn) for head, fn in _STATS if head not in skip]
-    # Figures keep their width (a cut one would read as another); the group name gives way.
-    for head, _ in columns:
-        t.add_column(
-            head, justify="right", no_wrap=True, min_width=max(len(head), 10 * (head == "cost"))
-        )
-    unpriced = sum(r["unpriced"] for r in rows if r["priced"])
-    if unpriced:  # a caption costs no width; the star marks the rows it is about
-        t.caption = f"* without the {unpriced:,} call(s) that have no price (show ID says why)"
-        t.caption_justify = "left"
-    for r in rows:
-        t.add_row(cell(r["group"]), *(fn(r) for _, fn in columns))
-    return t
-
-
-def _group_cost(r: dict[str, Any]) -> Text:
-    """The group's sum, starred when it leaves calls out for want of a price."""
-    if not r["priced"]:
-        return Text(NO_PRICE, style="dim")
-    return Text(f"{format_usd(r['cost_nusd'])}{'*' if r['unpriced'] else ''}")
-
-
 def runs_table(runs: list[dict[str, Any]]) -> Table:
     """`ssetape stats --runs`: one row per recorder run (see Runs.totals)."""
     t = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
     t.add_column("recorder", no_wrap=True, overflow="ellipsis", max_width=32)
+    t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=32)  # its instance's
     t.add_column("status")
     for col in ("exchanges", "events", "events lost", "exchanges lost", "store errors"):
         t.add_column(col, justify="right")
@@ -406,7 +349,8 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
         lost = r["events_lost"] or r["exchanges_lost"] or r["store_errors"]
         t.add_row(
             cell(r["recorder"]),
-            r["status"],
+            cell(r.get("name")),
+            Text(r["status"], style="red" if r["status"] == RunState.STALLED else ""),
             f"{r['exchanges_recorded']:,}",
             f"{r['events_recorded']:,}",
             Text(f"{r['events_lost']:,}", style="red" if lost else ""),

@@ -104,6 +104,7 @@ class ExchangePage:
             ("started (UTC)", x.started_at.isoformat(sep=" ", timespec="milliseconds")),
             ("state", x.state),
             ("outcome", x.outcome),
+            ("fault", x.fault),  # whose: provider, client, network or ssetape
             ("reason", x.outcome_reason),
             ("error", x.error),
             ("api", x.api),
@@ -263,6 +264,8 @@ class ExchangePage:
                 el("tbody", *rows),
                 class_="events",
                 data_live=f"/exchanges/{x.id}/live?start={self.after}" if live else None,
+                # Rows the live page keeps (the newest): app.js drops the oldest past it.
+                data_keep=str(EVENTS_PER_PAGE) if live else None,
                 data_after=str(last.seq if last else self.after),
                 data_offset=str(last.offset_us if last else prev if prev is not None else ""),
             ),

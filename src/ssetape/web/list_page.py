@@ -1,6 +1,6 @@
 """`/`: the exchanges, newest first, narrowed by the filters in the URL, a keyset page at a time.
 
-The URL is the view: ``?api=&model=&outcome=&host=&since=&q=`` are the filters of
+The URL is the view: ``?api=&model=&outcome=&fault=&host=&since=&q=`` are the filters of
 `ssetape list`, ``before=ID`` the page after exchange ID. A link reproduces what it showed.
 """
 
@@ -16,7 +16,15 @@ from ssetape.storage.filters import ExchangeFilter, parse_since
 from ssetape.storage.models import Exchange
 from ssetape.storage.page_reads import ListRow, PageReads
 from ssetape.storage.queries import Queries
-from ssetape.vocabulary import ExchangeState, Outcome, outcome_choices, parse_outcome
+from ssetape.storage.text_matches import TextMatch, TextMatches
+from ssetape.vocabulary import (
+    ExchangeState,
+    Outcome,
+    fault_choices,
+    outcome_choices,
+    parse_fault,
+    parse_outcome,
+)
 from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
 from ssetape.web.session_page import session_href
 
@@ -27,6 +35,7 @@ FILTER_PARAMS = {
     "api": "api",
     "model": "model",
     "outcome": "outcome",
+    "fault": "fault",
     "host": "host",
     "since": "since",
     "q": "text",
@@ -43,6 +52,8 @@ _COLUMNS = (
 # the stylesheet shows as much of it as its column's width (the list fits a laptop's window).
 _CELL_MAX = 80
 OUTCOMES = tuple(outcome_choices())
+# The filters chosen from a list, with the values each offers.
+_CHOICES = {"outcome": OUTCOMES, "fault": tuple(fault_choices())}
 # What a row is made of: the list's columns (what the list reads), or a whole exchange.
 Row = ListRow | Exchange
 
@@ -68,14 +79,15 @@ class ListView:
             except ValueError as e:
                 errors.append(str(e).replace("--since", "since"))
                 del values["since"]
-        if "outcome" in params:
+        for name, parse in (("outcome", parse_outcome), ("fault", parse_fault)):
             try:
-                parse_outcome(params["outcome"])
+                if name in params:
+                    parse(params[name])
             except ValueError as e:
-                # Not a silent empty list: an outcome no exchange can have is named, with the
+                # Not a silent empty list: a value no exchange can have is named, with the
                 # valid ones.
                 errors.append(str(e))
-                del values["outcome"]
+                del values[name]
         before_text = args.get("before", "")
         before = id_of(before_text)
         error = "; ".join(errors) or None
@@ -85,9 +97,10 @@ class ListView:
         # The list's columns only: a row's bodies may be megabytes each.
         rows = PageReads(queries.store).list_rows(self.filters, limit=PAGE_SIZE, before=self.before)
         counts = queries.finding_counts([x.id for x in rows])
+        found = self.matches(queries, [x.id for x in rows])
         standby = queries.standby()
         body = self._table(
-            [row_html(x, counts.get(x.id, 0)) for x in rows],
+            [row_html(x, counts.get(x.id, 0), found.get(x.id)) for x in rows],
             max((x.id for x in rows), default=queries.last_id()),
             # Read through a hot standby (--read-db): how current this page is.
             el("p", standby.describe(), class_="standby") if standby is not None else "",
@@ -98,6 +111,11 @@ class ListView:
             older = query({**self.params, "before": rows[-1].id})
             body.append(el("p", link(f"/{older}", "older →", rel="next", id="older")))
         return page("ssetape: exchanges", *body)
+
+    def matches(self, queries: Queries, ids: list[int]) -> dict[int, TextMatch]:
+        """With ``q``: where each row has the text, and the text around it."""
+        text = self.filters.text
+        return TextMatches(queries.store).around(ids, text) if text else {}
 
     def render_waiting(self, path: Path, problem: str | None = None) -> str:
         """The list of a store no recorder has created yet: empty, and live (its first rows
@@ -135,8 +153,8 @@ class ListView:
 
     def _form(self) -> Markup:
         fields = [
-            el("label", name, self._outcomes())
-            if name == "outcome"
+            el("label", name, self._choice(name))
+            if name in _CHOICES
             else el(
                 "label", name, el("input", name=name, value=self.params.get(name, ""), size="12")
             )
@@ -152,18 +170,18 @@ class ListView:
             class_="filters",
         )
 
-    def _outcomes(self) -> Markup:
-        """The outcome filter: one of the outcomes (a URL's unknown one is kept, and named as
-        the page's error)."""
-        chosen = self.params.get("outcome", "")
-        known = ["", *OUTCOMES]
+    def _choice(self, name: str) -> Markup:
+        """A filter chosen from a list (the outcomes, the faults): a URL's unknown value is
+        kept, and named as the page's error."""
+        chosen = self.params.get(name, "")
+        known = ["", *_CHOICES[name]]
         return el(
             "select",
             *(
-                el("option", o or "any", value=o, selected=o == chosen)
+                el("option", o or "all", value=o, selected=o == chosen)
                 for o in (known if chosen in known else [*known, chosen])
             ),
-            name="outcome",
+            name=name,
         )
 
 
@@ -206,8 +224,18 @@ def _status(x: Row) -> str:
     return shown
 
 
-def row_html(x: Row, findings: int) -> Markup:
-    """One exchange as a row of the list (also what the live stream sends)."""
+def _match(m: TextMatch | None) -> Markup | str:
+    """Where ``q`` is in the exchange and the text around it, under its request."""
+    if m is None:
+        return ""
+    return el(
+        "span", f"{m.where.value}: ", m.before, el("mark", m.hit), m.after, class_="cell match"
+    )
+
+
+def row_html(x: Row, findings: int, match: TextMatch | None = None) -> Markup:
+    """One exchange as a row of the list (also what the live stream sends); ``match``: where
+    the list's ``q`` is in it."""
     href = f"/exchanges/{x.id}"
     mark = _mark(x)
     tokens = (
@@ -224,7 +252,7 @@ def row_html(x: Row, findings: int) -> Markup:
             x.started_at.strftime("%m-%d %H:%M:%S.%f")[:-3],
             title=x.started_at.isoformat(sep=" ", timespec="milliseconds"),
         ),
-        _cut(_host(x), "host") + _cut(f"{x.method} {x.path}", "path"),
+        _cut(_host(x), "host") + _cut(f"{x.method} {x.path}", "path") + _match(match),
         _cut(x.model, "model") + _cut(x.api, "api"),
         el(
             "span",

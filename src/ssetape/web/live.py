@@ -87,7 +87,8 @@ def _poll(
     for gone in seen.keys() - watch:  # only rows in flight come back: the rest is done with
         del seen[gone]
     counts = queries.finding_counts([x.id for x in changed])
-    return [(x.id, row_html(x, counts.get(x.id, 0))) for x in changed]
+    found = view.matches(queries, [x.id for x in changed])
+    return [(x.id, row_html(x, counts.get(x.id, 0), found.get(x.id))) for x in changed]
 
 
 async def events_stream(

@@ -1,10 +1,11 @@
 """`/stats`: the groups of `ssetape stats` as a table, their TTFB and TTFT spread as charts, and
 exchanges and failures over time.
 
-The URL is the view: ``?by=model|host|api|outcome|status`` and the list's filters
-(``?api=&model=&outcome=&host=&since=&q=``). The table is :class:`ssetape.analysis.stats.Stats`'s,
-the figures `ssetape stats --json` prints; the charts read the same exchanges through
-:meth:`ssetape.storage.queries.Queries.stat_series`.
+The URL is the view: ``?by=model|host|api|outcome|status``, ``?fault=`` (whose failures the
+failed count, the error rate and the chart count: the provider's unless it says another, or
+any) and the list's other filters (``?api=&model=&outcome=&host=&since=&q=``). The table is
+:class:`ssetape.analysis.stats.Stats`'s, the figures `ssetape stats --json` prints; the charts
+read the same exchanges through :meth:`ssetape.storage.queries.Queries.stat_series`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from typing import Any
 from ssetape.analysis.stats import GROUP_BY, Stats, percentile
 from ssetape.cost.price import NO_PRICE, format_usd
 from ssetape.storage.queries import Queries, SeriesRow
-from ssetape.vocabulary import is_failed
+from ssetape.vocabulary import (
+    DEFAULT_FAULT,
+    counted_fault,
+    fault_choices,
+    faults_of,
+    is_failed,
+    parse_fault,
+)
 from ssetape.web.charts import Bucket, Spread, distribution_chart, time_chart
 from ssetape.web.html import Markup, el, join, link, page, query
 from ssetape.web.list_page import FILTER_PARAMS, ListView
@@ -68,6 +76,7 @@ _COLUMNS = (
     "usage reported",
     "tokens/s p50",
     "cost",
+    "failed by fault",
 )
 # What a cell shows of a group's name (a model or host can be long): the whole is its title.
 _NAME_SHOWN = 60
@@ -83,19 +92,34 @@ class _Values:
 
 @dataclass(frozen=True)
 class StatsView:
-    """What a stats URL asks for: a grouping and the list's filters."""
+    """What a stats URL asks for: a grouping, whose failures count, and the list's filters."""
 
     by: str | None
     listing: ListView
+    fault: str = DEFAULT_FAULT
+    error: str | None = None  # a fault no failure can have, named
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> StatsView:
         by = args.get("by", "").strip()
-        return cls(by if by in GROUP_BY else None, ListView.parse(args))
+        # Here whose failures count, not which exchanges: the list's filter of it is left out.
+        fault, error = args.get("fault", "").strip() or DEFAULT_FAULT, None
+        try:
+            parse_fault(fault)
+        except ValueError as e:
+            fault, error = DEFAULT_FAULT, str(e)
+        listing = ListView.parse({k: v for k, v in args.items() if k != "fault"})
+        return cls(by if by in GROUP_BY else None, listing, str(fault), error)
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The filters, and the fault when it is not the default, as links keep them."""
+        fault = {} if self.fault == DEFAULT_FAULT else {"fault": self.fault}
+        return {**self.listing.params, **fault}
 
     def render(self, queries: Queries) -> str:
         filters = self.listing.filters
-        groups = Stats(queries.store).groups(self.by, filters)
+        groups = Stats(queries.store).groups(self.by, filters, self.fault)
         values, buckets, step = self._series(queries.stat_series(self.by, filters))
         chart_groups = groups[:CHART_GROUPS]
         more = (
@@ -107,7 +131,7 @@ class StatsView:
             el("h1", "Stats"),
             self._tabs(),
             self._form(),
-            el("p", self.listing.error, class_="error") if self.listing.error else "",
+            *(el("p", e, class_="error") for e in (self.listing.error, self.error) if e),
             el(
                 "table",
                 el("thead", el("tr", *(el("th", c) for c in _COLUMNS))),
@@ -132,6 +156,7 @@ class StatsView:
     ) -> tuple[dict[str, _Values], list[Bucket], dt.timedelta]:
         values: dict[str, _Values] = {}
         starts: list[tuple[float, bool]] = []
+        chosen = faults_of(self.fault)
         for r in rows:
             name = _group_name(self.by, r.group)
             v = values.get(name) or values.setdefault(name, _Values())
@@ -139,11 +164,13 @@ class StatsView:
                 v.ttfb.append(r.ttfb_us)
             if r.ttft_us is not None:
                 v.ttft.append(r.ttft_us)
-            starts.append((_epoch(r.started_at), is_failed(r.outcome, r.status, r.state)))
+            # Failed, and of the faults the failed column counts.
+            bad = is_failed(r.outcome, r.status, r.state)
+            starts.append((_epoch(r.started_at), bad and counted_fault(r.fault, r.state) in chosen))
         return (values, *_buckets(starts))
 
     def _tabs(self) -> Markup:
-        params = self.listing.params
+        params = self.params
         tabs: list[Markup] = []
         for by in (None, *sorted(GROUP_BY)):
             label = "all" if by is None else f"by {by}"
@@ -161,11 +188,18 @@ class StatsView:
                 el("input", name=name, value=self.listing.params.get(name, ""), size="14"),
             )
             for name in FILTER_PARAMS
+            if name != "fault"
         ]
+        whose = el(
+            "select",
+            *(el("option", f, value=f, selected=f == self.fault) for f in fault_choices()),
+            name="fault",
+        )
         return el(
             "form",
             el("input", type="hidden", name="by", value=self.by) if self.by else "",
             *fields,
+            el("label", "failed: fault", whose),
             el("button", "filter", type="submit"),
             link(f"/stats{query({'by': self.by})}", "clear"),
             link(f"/{query(self.listing.params)}", "these exchanges →"),
@@ -195,6 +229,7 @@ class StatsView:
             f"{g['usage_reported']:,}",
             "" if g["tokens_per_s"]["p50"] is None else f"{g['tokens_per_s']['p50']:.1f}",
             _cost(g),
+            " · ".join(f"{f} {n:,}" for f, n in g["faults"].items() if n),
         ]
         return el("tr", join(el("td", c) for c in cells), data_group=name)
 

@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 from ssetape.analysis.knowledge import ANALYSIS_VERSION, Knowledge
 from ssetape.records import EventRow
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 from tests.addons.stores import Recorders
@@ -65,7 +66,7 @@ def _knowledge(url: str) -> dict[str, tuple[Any, ...]]:
                 x.price_note,
                 x.analysis_version,
             )
-            for x in store.exchanges()
+            for x in Queries(store).exchanges()
         }
 
 
@@ -186,14 +187,17 @@ def _record(
         w.close()
     ids = {}
     for name in offsets:
-        x = store.exchange(name.ljust(32, "x"))
+        x = Queries(store).exchange(name.ljust(32, "x"))
         assert x is not None
         ids[name] = x.id
     return ids
 
 
 def _analysed(store: Store) -> dict[int, tuple[Any, ...]]:
-    return {x.id: (x.outcome, x.output_text, x.ttft_us, x.gap_max_us) for x in store.exchanges()}
+    return {
+        x.id: (x.outcome, x.output_text, x.ttft_us, x.gap_max_us)
+        for x in Queries(store).exchanges()
+    }
 
 
 def test_reindex_skips_and_names_what_it_cannot_store_and_analyses_the_rest(

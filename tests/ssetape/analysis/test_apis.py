@@ -66,7 +66,8 @@ def test_the_api_of_an_event_or_a_body_when_the_path_does_not_tell() -> None:
     assert apis.api_of_event(None, {"candidates": [], "modelVersion": "gemini-2.5"}) == "gemini"
     assert apis.api_names() == [
         "chat_completions", "responses", "messages", "images", "gemini", "cohere_chat",
-        "interactions", "bedrock_converse", "bedrock_invoke", "ollama", "unknown",
+        "interactions", "bedrock_converse", "bedrock_invoke", "ollama", "openai_realtime",
+        "gemini_live", "unknown",
     ]  # fmt: skip
     assert apis.api_of_event("messageStart", {"role": "assistant"}) == "bedrock_converse"
     assert apis.api_of_event("chunk", {"bytes": "e30="}) == "bedrock_invoke"

@@ -17,6 +17,7 @@ import pytest
 from ssetape.analysis.analyzer import MAX_ERROR_BODY, Analyzer
 from ssetape.analysis.knowledge import Knowledge
 from ssetape.framing.framings import FRAMINGS, framing_of
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -109,9 +110,9 @@ def test_a_stored_error_stream_reads_so_live_and_on_reindex(
         assert w.flush()
     finally:
         w.close()
-    x = store.exchange(uid)
+    x = Queries(store).exchange(uid)
     assert x is not None
     assert knowledge.update([x.id]) == 1
-    x = store.exchange(uid)
+    x = Queries(store).exchange(uid)
     assert x is not None and (x.outcome, x.outcome_reason) == ("http_error", "INVALID_ARGUMENT")
     assert knowledge.findings(x.id) == []

@@ -9,6 +9,7 @@ import orjson
 
 from ssetape.analysis.knowledge import ANALYSIS_VERSION, Knowledge
 from ssetape.records import EventRow
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 
@@ -57,7 +58,7 @@ def test_finished_exchanges_are_analysed_before_flush_returns(
         w.add_events("b" * 32, chat_rows(["cut"], done=False, end=False))
         w.finish("a" * 32, state="completed", status=200, ttfb_us=90_000, duration_us=200_000)
         assert w.flush()
-        a = store.exchange("a" * 32)
+        a = Queries(store).exchange("a" * 32)
         assert a is not None and a.analysis_version == ANALYSIS_VERSION
         assert (a.api, a.model, a.outcome, a.outcome_reason) == (
             "chat_completions",
@@ -69,13 +70,13 @@ def test_finished_exchanges_are_analysed_before_flush_returns(
         assert a.output_text == "Hello!" and a.ttft_us == 100_000
         assert (a.gap_median_us, a.gap_max_us) == (20_000, 20_000)
         # Still streaming: nothing derived yet.
-        b = store.exchange("b" * 32)
+        b = Queries(store).exchange("b" * 32)
         assert b is not None and b.analysis_version is None and b.outcome is None
         w.finish("b" * 32, state="truncated", status=200)
         assert w.flush()
     finally:
         w.close()
-    b = store.exchange("b" * 32)
+    b = Queries(store).exchange("b" * 32)
     assert b is not None and b.outcome == "cut"
     codes = [f.code for f in knowledge.findings(b.id)]
     assert codes == ["no_terminal_event"]
@@ -98,10 +99,10 @@ def test_a_failing_analysis_never_stops_the_writer(store: Store, exchange_fields
         assert w.flush()
     finally:
         w.close()
-    assert {x.uid for x in store.exchanges()} == {"c" * 32, "d" * 32}
-    c = store.exchange("c" * 32)
+    assert {x.uid for x in Queries(store).exchanges()} == {"c" * 32, "d" * 32}
+    c = Queries(store).exchange("c" * 32)
     assert c is not None and c.event_count == 4
     # `ssetape reindex` repairs what the hook could not do.
     assert Knowledge(store).reanalyse(Knowledge(store).exchange_ids(stale_only=True)) == 2
-    c = store.exchange("c" * 32)
+    c = Queries(store).exchange("c" * 32)
     assert c is not None and c.outcome == "completed"

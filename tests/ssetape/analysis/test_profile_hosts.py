@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from ssetape.cli.main import main
 from ssetape.storage.models import Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.test_recorder import CHAT
 from tests.conftest import Proc
@@ -60,7 +61,7 @@ def test_reindex_reads_each_host_under_the_profile_its_pattern_names(tmp_path: P
     r = CliRunner().invoke(main, ["reindex", "--db", str(db), *args], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     with Store.open(str(db), create=False) as store:
-        assert {(x.host, x.port): x.profile for x in store.exchanges()} == EXPECTED
+        assert {(x.host, x.port): x.profile for x in Queries(store).exchanges()} == EXPECTED
 
 
 def test_record_reads_a_host_with_a_port_under_its_profile(
@@ -77,7 +78,7 @@ def test_record_reads_a_host_with_a_port_under_its_profile(
         httpx.post(rec.url + "/v1/chat/completions", json=CHAT, timeout=30)
         assert rec.stop() == 0
     with Store.open(str(rec.db), create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.host, x.profile) == ("localhost", "seed")
 
 

@@ -10,6 +10,7 @@ import orjson
 from bench.bench_tool_calls import tool_call_stream
 from ssetape.analysis.analyzer import Analyzer
 from ssetape.analysis.tool_calls import MAX_TOOL_CALLS
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 CALLS = 2_500
@@ -20,7 +21,7 @@ def test_a_stream_of_many_tool_calls_stores_the_first_ones_and_counts_them_all(
 ) -> None:
     with Store.open(f"sqlite:///{tmp_path}/calls.db") as store:
         xid = tool_call_stream(store, CALLS)
-        x = store.exchange(xid)
+        x = Queries(store).exchange(xid)
     assert x is not None and x.details is not None
     calls = x.details["tool_calls"]
     assert x.details["tool_calls_total"] == CALLS

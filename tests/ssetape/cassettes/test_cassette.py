@@ -24,6 +24,7 @@ from ssetape.redactor import Redactor
 from ssetape.replay.request_index import RequestIndex
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Chunk, Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_schema
 from tests.conftest import SIM_SPEED, SSETAPE, Proc, start_ssetape
@@ -388,7 +389,7 @@ def test_malformed_cassettes_are_refused_with_the_line(
         Cassette(f, max_line_bytes=4096).import_into(store)
     msg = str(e.value)
     assert needle in msg and str(f) in msg and "\n" not in msg, msg
-    assert store.exchanges() == []  # all or nothing
+    assert Queries(store).exchanges() == []  # all or nothing
     store.close()
 
 
@@ -449,7 +450,7 @@ def test_cli_filters_and_stdout(recorded: tuple[str, Path], tmp_path: Path) -> N
     ]
     assert [x["path"] for x in exchanges] == ["/v1/messages"]
     with Store.open(str(db), create=False) as store:
-        [uid] = [x.uid for x in store.exchanges() if x.path == "/v1/messages"]
+        [uid] = [x.uid for x in Queries(store).exchanges() if x.path == "/v1/messages"]
     r2 = CliRunner().invoke(main, ["export", "--db", str(db), "-o", "-", "--id", uid])
     assert r2.stdout.count('"kind":"exchange"') == 1
     for until, count in (("2000-01-01", 0), ("0m", len(CALLS))):  # "0m": started before now

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from ssetape.cassettes.cassette import Cassette, CassetteError
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.testing.tape_session import TapeSession
 from tests.conftest import SSETAPE, Proc
@@ -63,7 +64,7 @@ def refused(tmp_path: Path, content: bytes) -> str:
     [msg] = r.stderr.strip().splitlines()
     if db.exists():
         with Store.open(str(db), create=False) as store:
-            assert store.exchanges() == []
+            assert Queries(store).exchanges() == []
     return msg
 
 
@@ -111,7 +112,7 @@ def test_equal_names_that_are_not_repeated_keys_import(tmp_path: Path) -> None:
     r = run_import(tape, db)
     assert r.returncode == 0, r.stderr
     with Store.open(str(db), create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.response_body, x.reason) == (body.encode(), "status")
 
 
@@ -140,8 +141,8 @@ def test_a_long_exchange_imports_in_batches_with_its_count(tmp_path: Path) -> No
     with Store.open(str(tmp_path / "s.db")) as store:
         report = Cassette(tape).import_into(store)
         assert (report.exchanges, report.events) == (2, n)
-        x = next(x for x in store.exchanges() if x.path == "/")
-        assert x.event_count == n and len(store.events(x.id)) == n
+        x = next(x for x in Queries(store).exchanges() if x.path == "/")
+        assert x.event_count == n and len(list(Queries(store).events(x.id))) == n
         again = Cassette(tape).import_into(store)
         assert (again.exchanges, again.events, again.skipped) == (0, 0, 2)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 
 from ssetape.replay.request_index import RequestIndex
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE
 
@@ -96,7 +97,7 @@ def test_masks_already_in_a_cassette_are_kept_as_they_are(tmp_path: Path) -> Non
     db = tmp_path / "s.db"
     subprocess.run([SSETAPE, "import", str(tape), "--db", str(db)], check=True)
     with Store.open(str(db), create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert x.request_headers == [["Authorization", f"Bearer {mask}"]]
         assert x.query == "api_key=%3Credacted%3A0123456789ab%3E"
         assert x.request_body == body(mask)

@@ -13,6 +13,7 @@ import orjson
 
 from ssetape.cassettes.cassette import Cassette
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import SSETAPE, Proc
 
@@ -80,9 +81,9 @@ def test_a_format_1_cassette_still_loads_as_written(tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "s.db")) as store:
         report = Cassette(v1_cassette(tmp_path)).import_into(store)
         assert (report.exchanges, report.events) == (1, 2)
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert (x.uid, x.recorder, x.event_count) == ("u" * 32, "host:1:2", 2)
-        first, last = store.events(x.id)
+        first, last = list(Queries(store).events(x.id))
         assert first.data == "as written"  # format 1 said it: kept, not parsed again
         assert (last.event, last.data) == ("message", "[DONE]")  # not said: parsed from raw
 
@@ -98,9 +99,9 @@ def test_format_2_derives_what_it_leaves_out(tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "b.db")) as store:
         assert Cassette(tmp_path / "v2.jsonl").import_into(store).exchanges == 1
         assert Cassette(tmp_path / "v2.jsonl").import_into(store).skipped == 1
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert x.uid != "u" * 32 and x.recorder is None and x.event_count == 2
-        assert [(e.event, e.data) for e in store.events(x.id)] == [
+        assert [(e.event, e.data) for e in Queries(store).events(x.id)] == [
             ("message", '{"choices":[]}'),
             ("message", "[DONE]"),
         ]

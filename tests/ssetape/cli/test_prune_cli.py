@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from ssetape.cli.main import main
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.models import Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import Recorders, store_target
 from tests.conftest import Proc
@@ -169,9 +170,9 @@ def test_replay_no_longer_serves_what_was_pruned(
         feed.exchange(OLD, 5, prompt="the old question")
         new = feed.exchange(NOW, 5, prompt="the new question")
         feed.close()
-        kept = store.exchange(new)
+        kept = Queries(store).exchange(new)
         assert kept is not None
-        recorded = b"".join(e.raw for e in store.events(kept.id))
+        recorded = b"".join(e.raw for e in Queries(store).events(kept.id))
 
     r = cli("prune", "--db", db, "--older-than", "30d", "--events-only")
     assert r.returncode == 0 and r.stdout.startswith("pruned the events of 1 exchange(s)"), r
@@ -227,10 +228,10 @@ def test_a_recorder_running_through_a_prune_loses_nothing(
     runs = orjson.loads(cli("stats", "--db", db, "--runs", "--json").stdout)
     assert (runs["events_lost"], runs["exchanges_lost"], runs["store_errors"]) == (0, 0, 0)
     with Store.open(db) as store:
-        live = [x for x in store.exchanges() if x.started_at > NOW]
+        live = [x for x in Queries(store).exchanges() if x.started_at > NOW]
         assert len(live) == len(answers) and {x.state for x in live} == {"completed"}
         for x in live:
-            events = store.events(x.id)
+            events = list(Queries(store).events(x.id))
             assert len(events) == x.event_count and events[-1].data == "[DONE]"
         assert counts(store)["exchanges"] == len(answers)
 

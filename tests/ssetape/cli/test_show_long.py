@@ -94,7 +94,7 @@ def test_full_json_is_the_whole_exchange_written_in_pages(long_db: str, tmp_path
         x = queries.exchange(1)
         assert x is not None
         held, peak = (
-            peak_of(lambda: store.events(1)),
+            peak_of(lambda: list(Queries(store).events(1))),
             peak_of(lambda: write_detail(out, x, queries, [], full=True)),
         )
     written = path.read_bytes()

@@ -15,6 +15,7 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 from tests.conftest import SSETAPE
@@ -60,7 +61,7 @@ def test_mcp_leaves_a_dead_recorders_exchange_as_it_found_it(
 
     def state() -> str:
         with Store.open(store_url, create=False) as store:
-            x = store.exchange("d" * 32)
+            x = Queries(store).exchange("d" * 32)
             assert x is not None
             return x.state
 

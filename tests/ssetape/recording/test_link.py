@@ -19,6 +19,7 @@ from typing import Any
 from ssetape.framing.framings import Framing
 from ssetape.recording.link import RecordLink
 from ssetape.recording.worker import FELL_BEHIND
+from ssetape.storage.queries import Queries
 from ssetape.storage.runs import Runs
 from ssetape.storage.store import Store
 from tests.addons.stores import wait_for
@@ -88,13 +89,13 @@ def test_a_frozen_recording_process_never_blocks_the_proxy(tmp_path: Path) -> No
     assert final is not None
     assert final.events_lost == lost and final.capture_failures == 0
     with Store.open(db, create=False) as store:
-        rows = {x.path.rsplit("/", 1)[1]: x for x in store.exchanges()}
+        rows = {x.path.rsplit("/", 1)[1]: x for x in Queries(store).exchanges()}
         small, big = rows["small"], rows["big"]
         assert (small.state, small.event_count, small.error) == ("completed", 5, None)
         assert big.state == "completed"
         assert big.error == f"{lost * len(sse_chunk(0))} bytes not recorded: {FELL_BEHIND}"
         # Every chunk that was not dropped is there, whole (each is one event), in order.
-        events = store.events(big.id)
+        events = list(Queries(store).events(big.id))
         assert len(events) == 100 - lost
         assert [e.raw for e in events] == [sse_chunk(e.offset_us // 1000) for e in events]
         assert [e.offset_us for e in events] == sorted(e.offset_us for e in events)
@@ -119,8 +120,8 @@ def test_without_an_event_loop_everything_is_handed_over_at_once(tmp_path: Path)
     final = link.close()
     assert final is not None and final.events_recorded == 50 and final.events_lost == 0
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
-        assert [e.data for e in store.events(x.id)] == [str(i) for i in range(50)]
+        [x] = Queries(store).exchanges()
+        assert [e.data for e in Queries(store).events(x.id)] == [str(i) for i in range(50)]
         assert x.recorder is not None and x.recorder.split(":")[1] != str(os.getpid())
 
 
@@ -134,7 +135,7 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     final = idle.close()
     assert final is not None and final.active is False and final.events_recorded == 0
     with Store.open(db, create=False) as store:
-        assert store.exchanges() == [] and Runs(store).all() == []
+        assert Queries(store).exchanges() == [] and Runs(store).all() == []
 
     link = RecordLink(db, max_pending=1000, active=False)
     link.start()
@@ -145,7 +146,7 @@ def test_beside_the_replayer_it_starts_with_the_first_exchange(tmp_path: Path) -
     final = link.close()
     assert final is not None and final.active is True and final.events_recorded == 1
     with Store.open(db, create=False) as store:
-        [x] = store.exchanges()
+        [x] = Queries(store).exchanges()
         assert x.event_count == 1
 
 
@@ -181,7 +182,7 @@ def test_an_exchange_whose_end_was_sent_but_never_stored_counts_as_lost(
         link.finish(uid, 2, {"state": "completed", "error": None})
         if uid == "stored":
             with Store.open(db, create=False) as store:
-                wait_for(lambda: [x.state for x in store.exchanges()] == ["completed"])
+                wait_for(lambda: [x.state for x in Queries(store).exchanges()] == ["completed"])
             time.sleep(0.5)  # its report that the end is stored reaches the proxy
     os.kill(pid, signal.SIGKILL)
     while Path(f"/proc/{pid}").exists():  # until the link has reaped it
@@ -211,7 +212,7 @@ def test_chunks_batched_for_a_process_that_died_count_as_the_store_counts_them(
         link.flush()
         await asyncio.sleep(1.2)  # one that ran a second is started again at once
         with Store.open(db, create=False) as store:
-            wait_for(lambda: sum(x.event_count for x in store.exchanges()) == 1)
+            wait_for(lambda: sum(x.event_count for x in Queries(store).exchanges()) == 1)
         os.kill(pid, signal.SIGKILL)
         while Path(f"/proc/{pid}").exists():  # until the link has reaped it
             await asyncio.sleep(0.01)
@@ -233,7 +234,7 @@ def test_chunks_batched_for_a_process_that_died_count_as_the_store_counts_them(
 
     total = asyncio.run(session())
     with Store.open(db, create=False) as store:
-        stored = sum(x.event_count for x in store.exchanges())
+        stored = sum(x.event_count for x in Queries(store).exchanges())
     assert (stored, total.events_recorded) == (2, 2)
     assert total.events_lost == 2  # events 2 and 3 of "cut", exactly
     assert total.exchanges_lost == 1

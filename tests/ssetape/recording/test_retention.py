@@ -15,6 +15,7 @@ import pytest
 from ssetape.recording.protocol import RetentionPolicy, WorkerConfig
 from ssetape.recording.retention import Retention
 from ssetape.recording.worker import RecordWorker
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.storage.writer import Writer
 from tests.addons.stores import pg_schema, wait_for
@@ -75,7 +76,7 @@ def fill(store: Store, exchanges: dict[str, float], *, open_: frozenset[str] = f
 
 def kept(store: Store) -> dict[str, int]:
     """Each exchange left, with how many events it still has."""
-    return {x.uid: len(store.events(x.id)) for x in store.exchanges()}
+    return {x.uid: len(list(Queries(store).events(x.id))) for x in Queries(store).exchanges()}
 
 
 def test_the_thread_prunes_the_old_keeps_the_new_and_runs_again_until_closed(
@@ -94,7 +95,7 @@ def test_the_thread_prunes_the_old_keeps_the_new_and_runs_again_until_closed(
         try:
             # Within a wide margin: the first run is due after 0.3 s.
             wait_for(lambda: kept(store) == {"going": EVENTS, "middle": 0, "new": EVENTS})
-            middle = store.exchange("middle")
+            middle = Queries(store).exchange("middle")
             assert middle is not None and middle.events_pruned_at is not None
             assert middle.state == "completed"  # its summary row stays
             # It runs again: an old exchange that appears later goes too.

@@ -26,6 +26,7 @@ from ssetape.recording.protocol import (
     read_frames,
 )
 from ssetape.recording.worker import RecordWorker
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 
@@ -71,9 +72,9 @@ def test_an_unknown_message_is_logged_once_and_the_rest_is_stored(
     assert len(errors) == 1 and "unknown kind 'zz'" in errors[0]
     assert (final.exchanges_recorded, final.events_recorded, final.events_lost) == (1, 2, 0)
     with Store.open(db, create=False) as store:
-        (x,) = store.exchanges()
+        (x,) = Queries(store).exchanges()
         assert (x.state, x.event_count) == ("completed", 2)
-        assert [e.data for e in store.events(x.id)] == ["1", "2"]
+        assert [e.data for e in Queries(store).events(x.id)] == ["1", "2"]
 
 
 def _frames() -> list[bytes]:
@@ -113,7 +114,7 @@ def test_the_events_of_an_exchange_it_never_saw_begin_are_counted_as_they_would_
     worker.handle_batch(batch)
     final = worker.stop()
     with Store.open(db, create=False) as store:
-        (x,) = store.exchanges()
-        stored = len(store.events(x.id))
+        (x,) = Queries(store).exchanges()
+        stored = len(list(Queries(store).events(x.id)))
     assert stored > 1 and final.events_recorded == stored
     assert final.events_lost == stored  # the stray's: the same stream, never begun here

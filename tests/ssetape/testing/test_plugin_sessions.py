@@ -19,6 +19,7 @@ from ssetape.analysis.stats import Stats
 from ssetape.cassettes.cassette import Cassette
 from ssetape.simulator.simulator import Simulator
 from ssetape.storage.filters import ExchangeFilter
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.testing import tape_recording
 from tests.conftest import SIM_SPEED
@@ -71,7 +72,7 @@ def test_each_test_records_into_a_session_of_its_own_and_replays_unchanged(
         for path in cassettes:
             Cassette(path).import_into(store)
         groups = Stats(store).groups("session", ExchangeFilter())
-        one = [x.session for x in store.exchanges()]
+        one = [x.session for x in Queries(store).exchanges()]
     assert sorted(g["group"] for g in groups) == sorted(set(one)) == ids
     by_session = {g["group"]: g for g in groups}
     assert [by_session[i]["count"] for i in ids] == [1, 2]

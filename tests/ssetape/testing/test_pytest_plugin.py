@@ -19,6 +19,7 @@ import pytest
 
 import ssetape.testing.tape_session  # noqa: F401
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.queries import Queries
 from tests.conftest import SIM_SPEED
 
 pytest_plugins = ["pytester"]
@@ -410,7 +411,7 @@ def test_typo(ssetape):
     for profiles, want in (({"127.0.0.1": "seed"}, "seed"), (None, "compatible")):
         store = Store.open(str(tmp_path / f"{want}.db"))
         Cassette(cassette).import_into(store, profiles=profiles)
-        (x,) = store.exchanges()
+        (x,) = Queries(store).exchanges()
         assert (x.profile, x.outcome) == (want, "completed")
         store.close()
     result = pytester.runpytest("-k", "seed", *confdir_args)  # replayed offline

@@ -15,6 +15,7 @@ import orjson
 from rich.console import Console
 
 from ssetape.storage.models import Event, Exchange
+from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.views.tables import EVENT_MAX, list_table, show_view
 from tests.conftest import SSETAPE
@@ -58,23 +59,26 @@ def printed(renderable: Any, *, terminal: bool = True) -> str:
 
 def test_recorded_text_is_shown_never_obeyed(tmp_path: Path) -> None:
     store = hostile_store(tmp_path / "t.db")
-    [x] = store.exchanges()
-    for text in (printed(show_view(x, store.events(x.id), [])), printed(list_table([x]))):
+    [x] = Queries(store).exchanges()
+    for text in (
+        printed(show_view(x, list(Queries(store).events(x.id)), [])),
+        printed(list_table([x])),
+    ):
         for sequence in (TITLE, CLIPBOARD, CLEAR):
             assert sequence not in text  # no escape sequence from the recording reaches it
         assert "\\x1b" in text  # shown, written out
-    plain = printed(show_view(x, store.events(x.id), []), terminal=False)
+    plain = printed(show_view(x, list(Queries(store).events(x.id)), []), terminal=False)
     assert "ok [/] [bold red]red[/bold red]" in plain  # markup in data is text
     store.close()
 
 
 def test_show_cuts_huge_events_unless_full(tmp_path: Path) -> None:
     store = hostile_store(tmp_path / "t.db", big=5_000_000)
-    [x] = store.exchanges()
-    cut = printed(show_view(x, store.events(x.id), []), terminal=False)
+    [x] = Queries(store).exchanges()
+    cut = printed(show_view(x, list(Queries(store).events(x.id)), []), terminal=False)
     assert f"{5_000_000 - EVENT_MAX:,} more characters; show --full prints them" in cut
     assert len(cut) < 100_000
-    full = printed(show_view(x, store.events(x.id), [], full=True), terminal=False)
+    full = printed(show_view(x, list(Queries(store).events(x.id)), [], full=True), terminal=False)
     assert full.count("x") >= 5_000_000
     store.close()
 
@@ -83,7 +87,7 @@ def test_a_huge_chunk_without_data_says_how_many_bytes_it_left_out(tmp_path: Pat
     """A non-SSE stream's chunk (a Gemini array piece) or a comment has no data: its bytes
     are shown, cut, with the count of bytes left out."""
     store = hostile_store(tmp_path / "t.db")
-    [x] = store.exchanges()
+    [x] = Queries(store).exchanges()
     chunk = Event(seq=0, offset_us=0, event=None, data=None, raw=b"[" + b"y" * 4_999)
     cut = printed(show_view(x, [chunk], []), terminal=False)
     assert f"{5_000 - EVENT_MAX:,} more bytes; show --full prints them" in cut

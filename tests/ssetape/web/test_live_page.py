@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ssetape.simulator.simulator import Simulator
+from ssetape.storage.models import Exchange
+from ssetape.web.exchange_page import EVENTS_PER_PAGE
 from ssetape.web.html import ms
 from tests.conftest import Proc, start_ssetape
 from tests.ssetape.web.conftest import Tape, chat
@@ -41,10 +45,11 @@ def _in_flight(db: str, tape: Tape, timeout: float = 20) -> int:
     raise AssertionError("no exchange in flight")
 
 
-def test_an_exchange_page_opened_mid_stream_follows_it_to_its_end_without_a_reload(
-    page: Any, tape: Tape, artifacts: Path, tmp_path: Path
-) -> None:
-    db = str(tmp_path / "live.db")
+@contextmanager
+def _page_mid_stream(page: Any, tape: Tape, db: str) -> Iterator[Callable[[], Exchange]]:
+    """A paused stream recorded through `ssetape record`, its exchange's page opened in
+    ``page`` while it is in flight (the viewer a process of its own). Yields ``finish``: the
+    rest of the stream read, the page done following it; returns the exchange stored."""
     # A slow simulator: the paused stream is in flight for ~6 s, the page polls every second.
     with Simulator(speed=0.25).serve_in_thread() as sim:
         recorder = _recorder(db, sim, tape)
@@ -55,42 +60,75 @@ def test_an_exchange_page_opened_mid_stream_follows_it_to_its_end_without_a_relo
                 httpx.Client(timeout=60) as client,
                 client.stream("POST", recorder.url + path, json=body) as r,
             ):
-                x_id = _in_flight(db, tape)
-                page.goto(f"{web.url}/exchanges/{x_id}")
-                page.evaluate("""() => {
-                    window.sameDocument = true;
-                    window.seen = [];
-                    const out = document.getElementById("output");
-                    new MutationObserver(() => window.seen.push(out.textContent))
-                        .observe(out, {childList: true, characterData: true, subtree: true});
-                }""")
-                at_open = page.evaluate(FACTS)
-                r.read()
-            page.wait_for_selector("table.events[data-state=done]", timeout=30_000)
-            [x] = Tape(db, tape.confdir).exchanges()
-            assert at_open["state"] == "recording" and x.state == "completed"
-            assert x.output_text and x.duration_us and x.ttft_us
-            assert page.evaluate("window.sameDocument") is True  # no reload
-            # The final state and figures, as a reload would show them.
-            facts = page.evaluate(FACTS)
-            assert facts["state"] == "completed" and facts["outcome"] == x.outcome
-            assert facts["duration"] == ms(x.duration_us) and facts["TTFT"] == ms(x.ttft_us)
-            assert facts["events"] == f"{x.event_count:,}"
-            # The output grew with the stream, and ends as the analyzed text.
-            assert page.locator("#output").inner_text() == x.output_text
-            seen = [s for s in page.evaluate("window.seen") if s]
-            assert len(set(seen)) > 2
-            assert all(b.startswith(a) for a, b in itertools.pairwise(seen[:-1]))
-            # The timeline of the whole stream, one mark per event; every event in the table.
-            page.wait_for_selector("#timeline[data-state=loaded]")
-            assert page.locator("#timeline svg .mark").count() == x.event_count
-            assert page.locator("table.events tbody tr").count() == x.event_count
-            shown = page.locator("#events-count").inner_text()
-            assert shown == f"{x.event_count} of {x.event_count} events from seq 0"
-            page.screenshot(path=str(artifacts / "live-exchange-done.png"), full_page=True)
+                page.goto(f"{web.url}/exchanges/{_in_flight(db, tape)}")
+
+                def finish() -> Exchange:
+                    r.read()
+                    page.wait_for_selector("table.events[data-state=done]", timeout=30_000)
+                    [x] = Tape(db, tape.confdir).exchanges()
+                    return x
+
+                yield finish
         finally:
             assert web.stop() == 0, web.log.decode()
             assert recorder.stop() == 0, recorder.log.decode()
+
+
+def test_an_exchange_page_opened_mid_stream_follows_it_to_its_end_without_a_reload(
+    page: Any, tape: Tape, artifacts: Path, tmp_path: Path
+) -> None:
+    with _page_mid_stream(page, tape, str(tmp_path / "live.db")) as finish:
+        page.evaluate("""() => {
+            window.sameDocument = true;
+            window.seen = [];
+            const out = document.getElementById("output");
+            new MutationObserver(() => window.seen.push(out.textContent))
+                .observe(out, {childList: true, characterData: true, subtree: true});
+        }""")
+        at_open = page.evaluate(FACTS)
+        x = finish()
+        assert at_open["state"] == "recording" and x.state == "completed"
+        assert x.output_text and x.duration_us and x.ttft_us
+        assert page.evaluate("window.sameDocument") is True  # no reload
+        # The final state and figures, as a reload would show them.
+        facts = page.evaluate(FACTS)
+        assert facts["state"] == "completed" and facts["outcome"] == x.outcome
+        assert facts["duration"] == ms(x.duration_us) and facts["TTFT"] == ms(x.ttft_us)
+        assert facts["events"] == f"{x.event_count:,}"
+        # The output grew with the stream, and ends as the analyzed text.
+        assert page.locator("#output").inner_text() == x.output_text
+        seen = [s for s in page.evaluate("window.seen") if s]
+        assert len(set(seen)) > 2
+        assert all(b.startswith(a) for a, b in itertools.pairwise(seen[:-1]))
+        # The timeline of the whole stream, one mark per event; every event in the table.
+        page.wait_for_selector("#timeline[data-state=loaded]")
+        assert page.locator("#timeline svg .mark").count() == x.event_count
+        assert page.locator("table.events tbody tr").count() == x.event_count
+        shown = page.locator("#events-count").inner_text()
+        assert shown == f"{x.event_count} of {x.event_count} events from seq 0"
+        page.screenshot(path=str(artifacts / "live-exchange-done.png"), full_page=True)
+
+
+def test_a_followed_stream_keeps_the_newest_rows_and_says_how_many_left(
+    page: Any, tape: Tape, tmp_path: Path
+) -> None:
+    with _page_mid_stream(page, tape, str(tmp_path / "kept.db")) as finish:
+        table = page.locator("table.events")
+        # A page of events on a live page; 5 here, for a stream of a few dozen.
+        assert table.get_attribute("data-keep") == str(EVENTS_PER_PAGE)
+        table.evaluate("t => { t.dataset.keep = '5'; }")
+        x = finish()
+        n = x.event_count
+        seqs = page.locator("table.events tbody tr").evaluate_all("rs => rs.map(r => r.id)")
+        assert seqs == [f"event-{s}" for s in range(n - 5, n)]
+        note = page.locator("#events-earlier")
+        assert note.inner_text() == (
+            f"… {n - 5} earlier events left this table: the event pages have them"
+        )
+        assert note.locator("a").get_attribute("href") == "?#events"
+        assert page.locator("#events-count").inner_text() == f"5 of {n} events from seq {n - 5}"
+        # The output text stays whole (the server bounds it, not the table).
+        assert page.locator("#output").inner_text() == x.output_text
 
 
 def test_a_viewer_started_before_the_store_exists_fills_its_list_once_a_recorder_makes_it(

@@ -53,10 +53,14 @@ function followEvents(table) {
   source.addEventListener("output", (message) => {
     if (out) out.textContent = JSON.parse(message.data).text;
   });
+  let last = Number(table.dataset.after);
   source.addEventListener("event", (message) => {
     const row = JSON.parse(message.data);
-    if (document.getElementById(`event-${Number(row.seq)}`)) return;
+    // By seq, not by row: a reconnected stream sends again rows this page let go.
+    if (Number(row.seq) <= last) return;
+    last = Number(row.seq);
     tbody.append(fromHtml(row.html));
+    keepLast(table, tbody);
     if (out && row.text) out.appendChild(document.createTextNode(row.text));
   });
   source.addEventListener("exchange", (message) => {
@@ -82,6 +86,32 @@ function followEvents(table) {
       table.dataset.state = "done";
     });
   });
+}
+
+function keepLast(table, tbody) {
+  // The table keeps its last data-keep rows (a page of events): a stream followed for hours
+  // would grow it, and the browser's memory, without bound. The output text needs no such
+  // care: the server stops sending it at the page's cut.
+  const keep = Number(table.dataset.keep) || 0;
+  if (!keep || tbody.rows.length <= keep) return;
+  let dropped = 0;
+  while (tbody.rows.length > keep) {
+    tbody.rows[0].remove();
+    dropped += 1;
+  }
+  let note = document.getElementById("events-earlier");
+  if (!note) {
+    note = document.createElement("p");
+    note.id = "events-earlier";
+    note.dataset.count = "0";
+    table.before(note);
+  }
+  const n = Number(note.dataset.count) + dropped;
+  note.dataset.count = String(n);
+  const link = document.createElement("a");
+  link.href = "?#events";
+  link.textContent = "the event pages have them";
+  note.replaceChildren(`… ${n.toLocaleString("en")} earlier events left this table: `, link);
 }
 
 function redrawer(box) {
