@@ -46,6 +46,7 @@ class ListRow(NamedTuple):
     ttfb_us: int | None
     ttft_us: int | None
     duration_us: int | None
+    gap_max_us: int | None
     event_count: int
     input_tokens: int | None
     output_tokens: int | None
@@ -111,15 +112,6 @@ class PageReads:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.narrowing = Narrowing(store)
-
-    def list_rows(
-        self, filters: ExchangeFilter | None, *, limit: int, before: int | None = None
-    ) -> list[ListRow]:
-        """A keyset page of the list, newest first (see :func:`keyset_page`)."""
-        stmt = keyset_page(
-            select(*_LIST_COLUMNS), self.narrowing, filters, limit=limit, before=before
-        )
-        return self._rows(stmt)
 
     def list_rows_after(
         self, after_id: int, filters: ExchangeFilter | None = None, *, limit: int = 100

@@ -1,5 +1,5 @@
 """Exchanges in keyset pages by a timing, slowest (or fastest) first: `ssetape list --sort`,
-the MCP server's ``order_by``.
+the MCP server's ``order_by``, the web viewer's list (``sort=``, by its columns' headers).
 
 A sort is a key of :data:`SORT_KEYS` (``-`` before it: descending); ``-started``, newest
 first, is every list's default. A page is ordered by (value, id), both the same way, and
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Select, and_, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
@@ -24,7 +25,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 from ssetape.storage.filters import RANGES, ExchangeFilter
 from ssetape.storage.models import Exchange
 from ssetape.storage.narrowing import Narrowing
-from ssetape.storage.page_reads import keyset_page
+from ssetape.storage.page_reads import ListRow, keyset_page
 from ssetape.storage.store import Store
 
 __all__ = ["NEWEST", "SORTS", "SORT_KEYS", "Sort", "SortedPages"]
@@ -35,6 +36,9 @@ SORTS = tuple(f"{sign}{key}" for key in SORT_KEYS for sign in ("-", ""))
 NEWEST = "-started"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _NULL = "null"
+T = TypeVar("T")
+# The web viewer's list: the columns of its rows, never a body (a row's may be megabytes).
+_LIST_ROWS = select(*(getattr(Exchange, name) for name in ListRow._fields))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,7 +75,7 @@ class Sort:
         """The default order, which pages by id alone (as lists always have)."""
         return str(self) == NEWEST
 
-    def cursor(self, x: Exchange) -> str:
+    def cursor(self, x: Exchange | ListRow) -> str:
         """Where the page after ``x`` starts, as text for a reader to hand back."""
         if self.newest_first:
             return str(x.id)
@@ -114,33 +118,47 @@ class SortedPages:
     ) -> list[Exchange]:  # fmt: skip
         """A page of the exchanges ``filters`` match in ``sort``'s order, from ``cursor`` (as
         :meth:`Sort.cursor` gave it for the last row of the previous page) on."""
+        return self.rows(select(Exchange), self._read, filters, sort, limit=limit, cursor=cursor)
+
+    def list_rows(
+        self, filters: ExchangeFilter | None, sort: Sort, *, limit: int, cursor: str | None = None
+    ) -> list[ListRow]:
+        """:meth:`exchanges` as the web viewer's list shows them: their columns, no body."""
+        return self.rows(_LIST_ROWS, self._list_read, filters, sort, limit=limit, cursor=cursor)
+
+    def rows(
+        self, stmt: Select[Any], read: Callable[[Select[Any]], list[T]],
+        filters: ExchangeFilter | None, sort: Sort, *, limit: int | None,
+        cursor: str | None = None,
+    ) -> list[T]:  # fmt: skip
+        """:meth:`exchanges` as ``stmt`` selects them (the web's list: its columns, no body;
+        with the sort's column, for :meth:`Sort.cursor`), each range read by ``read``."""
         after = sort.after(cursor) if cursor else None
         if sort.newest_first:
             before = after.id if after else None
-            return self._read(keyset_page(select(Exchange), self.narrowing, filters,
-                                          limit=limit, before=before))  # fmt: skip
+            return read(keyset_page(stmt, self.narrowing, filters, limit=limit, before=before))
         column = SORT_KEYS[sort.key]
-        rows: list[Exchange] = []
+        rows: list[T] = []
         if after is None or after.value is not None:
             where: list[ColumnElement[bool]] = [column.is_not(None)]
             if after is not None:
                 where += _beyond(column, _bound(sort, after), after.id, sort.descending)
-            rows = self._read(self._page(where, (column, Exchange.id), sort, filters, limit))
+            rows = read(self._page(stmt, where, (column, Exchange.id), sort, filters, limit))
         if column.nullable and (limit is None or len(rows) < limit):
             nulls: list[ColumnElement[bool]] = [column.is_(None)]
             if after is not None and after.value is None:
                 nulls.append(Exchange.id < after.id if sort.descending else Exchange.id > after.id)
             left = None if limit is None else limit - len(rows)
-            rows += self._read(self._page(nulls, (Exchange.id,), sort, filters, left))
+            rows += read(self._page(stmt, nulls, (Exchange.id,), sort, filters, left))
         return rows
 
     def _page(
-        self, where: list[ColumnElement[bool]], order: tuple[Any, ...], sort: Sort,
-        filters: ExchangeFilter | None, limit: int | None,
+        self, stmt: Select[Any], where: list[ColumnElement[bool]], order: tuple[Any, ...],
+        sort: Sort, filters: ExchangeFilter | None, limit: int | None,
     ) -> Select[Any]:  # fmt: skip
         # No NULLS FIRST/LAST: the NULLs are in a range of their own, and each backend's
         # default is the way its index runs.
-        stmt = select(Exchange).where(*where)
+        stmt = stmt.where(*where)
         stmt = stmt.order_by(*(c.desc() if sort.descending else c.asc() for c in order))
         if filters is not None:
             stmt = self.narrowing.apply(stmt, filters, paged=limit is not None)
@@ -149,6 +167,10 @@ class SortedPages:
     def _read(self, stmt: Select[Any]) -> list[Exchange]:
         with self.store.Session() as s:
             return list(s.scalars(stmt))
+
+    def _list_read(self, stmt: Select[Any]) -> list[ListRow]:
+        with self.store.engine.connect() as conn:  # Core, as PageReads reads the list
+            return [ListRow(*row) for row in conn.execute(stmt)]
 
 
 def _int(text: str, low: int) -> int:

@@ -31,7 +31,7 @@ from ssetape.views.timeline import Timeline
 from ssetape.views.timeline_svg import TimelineSvg
 from ssetape.web.compare_page import ComparePage
 from ssetape.web.exchange_page import ZOOMS, ExchangePage
-from ssetape.web.html import el, id_of, page
+from ssetape.web.html import el, id_of, link, page
 from ssetape.web.list_page import ListView
 from ssetape.web.live import WATCH_MAX, events_stream, exchanges_stream
 from ssetape.web.live_clients import MAX_LIVE, LiveClients
@@ -128,6 +128,12 @@ def create_app(
 
     def index(request: Request) -> Response:
         view = ListView.parse(request.query_params)
+        if view.refused is not None:
+            # A sort or cursor it cannot read: named, with the choices, as `ssetape list` does.
+            refused = el("p", view.refused, class_="error", id="filter-error")
+            return HTMLResponse(page("ssetape: bad request", el("h1", "Exchanges"), refused,
+                                     link("/", "all exchanges, newest first")),
+                                status_code=400)  # fmt: skip
         queries = current()
         if queries is None:
             assert isinstance(store, WaitingStore)

@@ -1,21 +1,25 @@
 """`/`: the exchanges, newest first, narrowed by the filters in the URL, a keyset page at a time.
 
-The URL is the view: ``?api=&model=&outcome=&fault=&host=&since=&q=`` are the filters of
-`ssetape list`, ``before=ID`` the page after exchange ID. A link reproduces what it showed.
+The URL is the view: ``?api=&model=&outcome=&fault=&host=&since=&q=`` and the timing ranges
+``min_ttft=2s`` (and ``max_``, of duration, ttfb, ttft, gap) are the filters of `ssetape list`,
+``sort=-duration`` its ``--sort`` (a column's header sets it), ``cursor=`` the page after the
+one that gave it (``before=ID``: after exchange ID, newest first). A link reproduces what it
+showed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ssetape.cost.price import NO_PRICE, format_usd
 from ssetape.http_fields import DEFAULT_PORTS
-from ssetape.storage.filters import ExchangeFilter, parse_since
+from ssetape.storage.filters import RANGES, ExchangeFilter, parse_since, parse_span
 from ssetape.storage.models import Exchange
-from ssetape.storage.page_reads import ListRow, PageReads
+from ssetape.storage.page_reads import ListRow
 from ssetape.storage.queries import Queries
+from ssetape.storage.sorted_pages import Sort, SortedPages
 from ssetape.storage.text_matches import TextMatch, TextMatches
 from ssetape.vocabulary import (
     ExchangeState,
@@ -28,7 +32,7 @@ from ssetape.vocabulary import (
 from ssetape.web.html import Markup, el, id_of, join, link, ms, page, query
 from ssetape.web.session_page import session_href
 
-__all__ = ["FILTER_PARAMS", "ListView", "row_html"]
+__all__ = ["FILTER_PARAMS", "RANGE_PARAMS", "ListView", "row_html"]
 
 # URL parameter -> the ExchangeFilter field it sets ("q" is the text filter: short in a URL).
 FILTER_PARAMS = {
@@ -41,13 +45,20 @@ FILTER_PARAMS = {
     "q": "text",
     "session": "session",
 }
+# The timing ranges, as `ssetape list --min-ttft 2s` (URL parameter = ExchangeFilter field).
+RANGE_PARAMS = tuple(f"{end}_{key}" for key in RANGES for end in ("min", "max"))
 PAGE_SIZE = 50
 # Host over method and path, model over API, outcome over status: two lines a row, so the list
 # fits a laptop's window (1280 px) with every column.
 _COLUMNS = (
     "#", "time (UTC)", "request", "model / API", "outcome / status", "TTFB", "TTFT",
-    "duration", "tokens in / out", "cost", "findings", "session",
+    "duration", "gap", "tokens in / out", "cost", "findings", "session",
 )  # fmt: skip
+# The columns whose header sorts the list: the key of SORT_KEYS it sorts by. A first click
+# sorts descending (newest, slowest first), a click on the sorted column the other way.
+_SORTS = {"time (UTC)": "started", "TTFB": "ttfb", "TTFT": "ttft", "duration": "duration",
+          "gap": "gap"}  # fmt: skip
+_TITLES = {"gap": "the longest pause between two events"}
 # What a cell holds of a path, a model, a host or a session: the whole is in its title, and
 # the stylesheet shows as much of it as its column's width (the list fits a laptop's window).
 _CELL_MAX = 80
@@ -64,14 +75,20 @@ class ListView:
 
     params: dict[str, str]  # the filter parameters as given (kept in links)
     filters: ExchangeFilter
-    before: int | None
     error: str | None = None
+    sort: Sort = field(default_factory=Sort)
+    cursor: str | None = None  # where the page starts, as the previous one's link gave it
+    # A sort or cursor the list cannot read: the page is a 400 naming it (not an unsorted
+    # list that looks like the one asked for).
+    refused: str | None = None
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> ListView:
         """The filters of a URL's query; a bad one is named on the page, the rest apply."""
-        params = {k: args[k].strip() for k in FILTER_PARAMS if args.get(k, "").strip()}
-        values: dict[str, object] = {FILTER_PARAMS[k]: v for k, v in params.items()}
+        params = {
+            k: args[k].strip() for k in (*FILTER_PARAMS, *RANGE_PARAMS) if args.get(k, "").strip()
+        }
+        values: dict[str, object] = {FILTER_PARAMS.get(k, k): v for k, v in params.items()}
         errors = []
         if "since" in params:
             try:
@@ -79,6 +96,13 @@ class ListView:
             except ValueError as e:
                 errors.append(str(e).replace("--since", "since"))
                 del values["since"]
+        for name in RANGE_PARAMS:
+            try:
+                if name in params:  # 250ms, 2s, 1.5s: as `ssetape list --min-ttft` reads it
+                    values[name] = parse_span(params[name], option=name)
+            except ValueError as e:
+                errors.append(str(e))
+                del values[name]
         for name, parse in (("outcome", parse_outcome), ("fault", parse_fault)):
             try:
                 if name in params:
@@ -88,14 +112,25 @@ class ListView:
                 # valid ones.
                 errors.append(str(e))
                 del values[name]
-        before_text = args.get("before", "")
-        before = id_of(before_text)
+        before = id_of(args.get("before", ""))
         error = "; ".join(errors) or None
-        return cls(params, ExchangeFilter(**values), before, error)  # type: ignore[arg-type]
+        filters = ExchangeFilter(**values)  # type: ignore[arg-type]
+        cursor = args.get("cursor", "").strip() or None
+        try:
+            sort = Sort.parse(args.get("sort"), option="sort")  # the CLI's --sort, its message
+            if cursor is not None:
+                sort.after(cursor)
+        except ValueError as e:
+            return cls(params, filters, error, refused=str(e))
+        if cursor is None and before is not None and sort.newest_first:
+            cursor = str(before)  # a link made before there were cursors: the same page
+        return cls(params, filters, error, sort, cursor)
 
     def render(self, queries: Queries) -> str:
         # The list's columns only: a row's bodies may be megabytes each.
-        rows = PageReads(queries.store).list_rows(self.filters, limit=PAGE_SIZE, before=self.before)
+        rows = SortedPages(queries.store).list_rows(
+            self.filters, self.sort, limit=PAGE_SIZE, cursor=self.cursor
+        )
         counts = queries.finding_counts([x.id for x in rows])
         found = self.matches(queries, [x.id for x in rows])
         standby = queries.standby()
@@ -108,9 +143,16 @@ class ListView:
         if not rows:
             body.append(el("p", "no exchanges match", class_="empty", id="empty"))
         if len(rows) == PAGE_SIZE:
-            older = query({**self.params, "before": rows[-1].id})
-            body.append(el("p", link(f"/{older}", "older →", rel="next", id="older")))
+            # The same filters and order, from the last row on (`ssetape list --cursor`).
+            after = self._href(self.sort, cursor=self.sort.cursor(rows[-1]))
+            label = "older →" if self.sort.newest_first else "next →"
+            body.append(el("p", link(after, label, rel="next", id="older")))
         return page("ssetape: exchanges", *body)
+
+    def _href(self, sort: Sort, cursor: str | None = None) -> str:
+        """This list in ``sort``'s order (its first page unless ``cursor``)."""
+        shown = None if sort.newest_first else str(sort)
+        return f"/{query({**self.params, 'sort': shown, 'cursor': cursor})}"
 
     def matches(self, queries: Queries, ids: list[int]) -> dict[int, TextMatch]:
         """With ``q``: where each row has the text, and the text around it."""
@@ -142,14 +184,36 @@ class ListView:
             el("p", self.error, class_="error", id="filter-error") if self.error else "",
             el(
                 "table",
-                el("thead", el("tr", *(el("th", c) for c in _COLUMNS))),
+                el("thead", el("tr", *(self._header(c) for c in _COLUMNS))),
                 el("tbody", *rows, id="rows"),
                 class_="exchanges",
-                # The live stream follows the first page only, with the same filters.
-                data_live=f"/live{query(self.params)}" if self.before is None else None,
+                # The live stream follows the first page only, newest first (where a new
+                # exchange goes), with the same filters.
+                data_live=f"/live{query(self.params)}"
+                if self.cursor is None and self.sort.newest_first
+                else None,
                 data_after=str(after),
             ),
         ]
+
+    def _header(self, column: str) -> Markup:
+        """A column's header; a timing's (and the time's) a link that sorts by it, marked
+        (aria-sort, an arrow) when the list is sorted by it."""
+        key = _SORTS.get(column)
+        if key is None:
+            return el("th", column)
+        active = self.sort.key == key
+        # The sorted column's link turns the order round; another's sorts by it, descending.
+        then = Sort(key, not self.sort.descending) if active else Sort(key)
+        way = "descending" if self.sort.descending else "ascending"
+        arrow = (" ↓" if self.sort.descending else " ↑") if active else ""
+        title = f"{_TITLES.get(column, column)}: sort {'de' if then.descending else 'a'}scending"
+        return el(
+            "th",
+            link(self._href(then), column, arrow, id=f"sort-{key}", title=title),
+            aria_sort=way if active else None,
+            class_="sorted" if active else None,
+        )
 
     def _form(self) -> Markup:
         fields = [
@@ -160,9 +224,22 @@ class ListView:
             )
             for name in FILTER_PARAMS
         ]
+        ranges = [
+            el("label", key, el("span", *(
+                el("input", name=f"{end}_{key}", value=self.params.get(f"{end}_{key}", ""),
+                   placeholder=end, size="4", aria_label=f"{end} {key}",
+                   title="a time: 250ms, 2s, 1.5s")
+                for end in ("min", "max")
+            ), class_="range"))
+            for key in RANGES
+        ]  # fmt: skip
+        # The order is kept as the filters change (the headers change it).
+        order = "" if self.sort.newest_first else str(self.sort)
         return el(
             "form",
             *fields,
+            *ranges,
+            el("input", type="hidden", name="sort", value=order) if order else "",
             el("button", "filter", type="submit"),
             link("/", "clear"),
             method="get",
@@ -265,6 +342,7 @@ def row_html(x: Row, findings: int, match: TextMatch | None = None) -> Markup:
         ms(x.ttfb_us),
         ms(x.ttft_us),
         ms(x.duration_us),
+        ms(x.gap_max_us),
         tokens,
         _cost(x),
         link(f"{href}#findings", findings) if findings else "",

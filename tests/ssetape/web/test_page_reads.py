@@ -99,14 +99,16 @@ def _live_rows(url: str, want: set[int]) -> dict[int, str]:
 def test_the_list_and_its_live_feed_read_no_body(store_url: str) -> None:
     big = b'{"input": "' + b"x" * (2 * MIB) + b'"}'
     with Store.open(store_url) as store:
-        done = add_exchange(store, 1, request_body=big, response_body=big)
+        done = add_exchange(store, 1, request_body=big, response_body=big, duration_us=9000)
         live = add_exchange(store, 2, request_body=big, state=ExchangeState.RECORDING, outcome=None)
-        small = add_exchange(store, 3, request_body=b"{}", response_body=b"{}")
+        small = add_exchange(store, 3, request_body=b"{}", response_body=b"{}", duration_us=10)
         with serving(store) as url, statements(store) as sql:
-            page = httpx.get(url + "/", timeout=20)
-            assert page.status_code == 200
-            for x_id in (done, live, small):
-                assert f'data-id="{x_id}"' in page.text
+            # Newest first, and slowest first (those with a duration, then those without).
+            for order in ("", "?sort=-duration"):
+                page = httpx.get(url + "/" + order, timeout=20)
+                assert page.status_code == 200
+                for x_id in (done, live, small):
+                    assert f'data-id="{x_id}"' in page.text
             # The feed from the start: every row, the one in flight followed.
             rows = _live_rows(url + "/live?after=0", {done, live, small})
             assert 'data-state="recording"' in rows[live] and "model-1" in rows[done]
