@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -95,7 +96,12 @@ def test_hits_keep_their_timing_while_a_miss_is_being_recorded(
                         f"reverse:{sim.url}", db=db)  # fmt: skip
     hit = {**CHAT, "model": "sim-pause"}  # its stored events are the blocks a client parses
     assert timed(proc.url, PATH, hit)[0] == 200  # a miss: recorded
-    [x] = exchanges(db)
+    # The client has the whole answer before the recording process has stored its last
+    # events: their offsets are read once the exchange is no longer recording.
+    deadline = time.monotonic() + 10
+    while (x := exchanges(db)[0]).state == "recording":
+        assert time.monotonic() < deadline, x.state
+        time.sleep(0.05)
     with Store.open(db, create=False) as store:
         offsets = [e.offset_us / 1e6 for e in Queries(store).events(x.id)]
     slow = {**CHAT, "model": "sim-pause", "messages": [{"role": "user", "content": "slow"}]}
