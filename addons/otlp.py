@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from mitmproxy import ctx, exceptions
@@ -71,7 +72,10 @@ class Otlp:
     def _configure(self, on: bool) -> None:
         if not on:
             self._detach()
-            self._close()
+            # Off at runtime: the exporter's last send can take CLOSE_WAIT seconds, never on
+            # the proxy's event loop (not a daemon: the proxy waits for it at exit).
+            parts = self._take()
+            threading.Thread(target=_flush, args=parts, name="ssetape-otlp-close").start()
             return
         if self._on:
             return
@@ -114,17 +118,11 @@ class Otlp:
         self._close()
 
     def _close(self) -> None:
+        _flush(*self._take())
+
+    def _take(self) -> tuple[SpanSink | None, GenAiMeters | None]:
         sink, meters, self.sink, self.meters, self._on = self.sink, self.meters, None, None, False
-        if meters is not None:
-            meters.close(CLOSE_WAIT)
-        if sink is None:
-            return
-        t = sink.close(CLOSE_WAIT)
-        line = (
-            f"ssetape otlp: {t.sent} span(s) sent to {sink.endpoint}; {t.dropped} dropped "
-            f"(queue full), {t.failed} failed, {t.pending} not sent by the stop"
-        )
-        log.log(logging.WARNING if t.lost else logging.INFO, line)
+        return sink, meters
 
     def _attach(self) -> None:
         """Hear the reports of the recorder's link; show the span counts in /metrics."""
@@ -153,6 +151,20 @@ class Otlp:
 
                 registry.register(SpanCounts(lambda: s.totals() if (s := self.sink) else None))
                 self._registry = registry
+
+
+def _flush(sink: SpanSink | None, meters: GenAiMeters | None) -> None:
+    """Send what is queued (at most CLOSE_WAIT seconds each) and say what became of it."""
+    if meters is not None:
+        meters.close(CLOSE_WAIT)
+    if sink is None:
+        return
+    t = sink.close(CLOSE_WAIT)
+    line = (
+        f"ssetape otlp: {t.sent} span(s) sent to {sink.endpoint}; {t.dropped} dropped "
+        f"(queue full), {t.failed} failed, {t.pending} not sent by the stop"
+    )
+    log.log(logging.WARNING if t.lost else logging.INFO, line)
 
 
 def _what(sink: object, meters: object) -> str:
