@@ -2,9 +2,10 @@
 
 Draining, the proxy closes its listening sockets (a load balancer's next connection is
 refused, and goes to another recorder), says "draining" on ``/readyz`` (503; ``/healthz``
-stays 200), and lets the exchanges in flight finish, recorded whole. An HTTP/1 response that
-begins meanwhile carries ``Connection: close``, and the connection closes after it; a
-connection idle between two requests is closed (as nginx and Go's ``Shutdown`` do). Once
+stays 200), and lets the exchanges in flight finish, recorded whole (a WebSocket session is
+in flight until it closes). An HTTP/1 response that begins meanwhile carries ``Connection:
+close`` (a 101 excepted), and the connection closes after it; a connection idle between two
+requests is closed (as nginx and Go's ``Shutdown`` do). Once
 nothing is in flight, or at ``ssetape_drain_timeout`` seconds (30; 0 stops at once, as
 before), the proxy stops: what is still in flight then is stored ``interrupted``, and the
 exit line says how many exchanges drained and how many were interrupted.
@@ -32,7 +33,7 @@ from mitmproxy import connection, ctx, http
 from mitmproxy.addonmanager import Loader
 
 from ssetape.addons.options import seconds
-from ssetape.addons.recorder import META, Recorder
+from ssetape.addons.recorder import META, SESSION_META, Recorder
 from ssetape.recording.exit_line import drain_note
 
 __all__ = ["DEADLINE", "Drain", "settled"]
@@ -59,8 +60,9 @@ class Drain:
         self.served: set[Any] = set()  # connections with an exchange ended: kept alive
         self._task: asyncio.Task[None] | None = None
         self._began = 0.0
-        self._note: str | None = None
-        self._stopped: tuple[str, float, bool] | None = None  # how, after how long, drained
+        # How the stop went: how, after how long, whether it drained, and how many exchanges
+        # the recorder interrupted at the deadline (those the end interrupts are added then).
+        self._stopped: tuple[str, float, bool, int] | None = None
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -95,8 +97,13 @@ class Drain:
             _close_after(flow)
 
     def response(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is not None:  # a session begins: in flight until it ends
+            return
         if self.draining:  # its head went out before the drain: still, close after it
             _close_after(flow)
+        self._ended(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
         self._ended(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
@@ -106,7 +113,8 @@ class Drain:
         if self.flows.pop(flow.id, None) is not None:
             self.served.add(flow.client_conn.id)
             # A stream reset before its request was whole is no exchange: not counted.
-            if self.draining and (self.recorder is None or META in flow.metadata):
+            recorded = META in flow.metadata or SESSION_META in flow.metadata
+            if self.draining and (self.recorder is None or recorded):
                 self.ended += 1
 
     def client_disconnected(self, client: connection.Client) -> None:
@@ -148,12 +156,15 @@ class Drain:
         while self._in_flight(server) and loop.time() - self._began < self.timeout:
             idle = self._close_idle(server, idle)
             await asyncio.sleep(SWEEP)
-        left = self._left()
-        if self.flows and self.recorder is not None:
-            self.recorder.interrupt(DEADLINE.format(self.timeout))
-        self._note = drain_note(
-            self.ended, left, f"at the {self.timeout:g} s deadline", loop.time() - self._began
-        )
+        # Counted as the recorder ends them, not as the flows in flight: a flow in flight
+        # may have no exchange (reset before its request was whole), and streams go on
+        # beginning until the connections close below (the end interrupts those).
+        late = bool(self.flows)
+        how = f"at the {self.timeout:g} s deadline" if late else "at the stop"
+        cut = 0
+        if late and self.recorder is not None:
+            cut = self.recorder.interrupt(DEADLINE.format(self.timeout))
+        self._stopped = (how, loop.time() - self._began, True, cut)
         # Every connection closed before the loop stops: a handler cancelled by asyncio's
         # own teardown starts hook tasks that never run (reported as destroyed at exit).
         if server is not None:
@@ -191,16 +202,17 @@ class Drain:
             _close(server.connections[cid])
         return idle - seen
 
-    def _left(self) -> int:
-        """The exchanges a stop now interrupts: the recorder's in flight. A request head
-        seen is not one: a stream reset before its request was whole never began one."""
-        return len(self.recorder.inflight) if self.recorder is not None else len(self.flows)
-
     def _stop(self, how: str) -> None:
         took = asyncio.get_running_loop().time() - self._began if self.draining else 0.0
-        # Counted in done(), as the recorder interrupts them: streams still end meanwhile.
-        self._stopped = (how, took, self.draining)
+        # Counted as the recorder interrupts them at its end: streams still end meanwhile.
+        self._stopped = (how, took, self.draining, 0)
         ctx.master.shutdown()
+
+    def note(self, interrupted: int) -> str | None:
+        """The end of the exit line: how the stop went, given how many exchanges the
+        recorder's end interrupted (beside those the deadline did)."""
+        how, took, drained, cut = self._stopped or ("at the stop", 0.0, False, 0)
+        return drain_note(self.ended, cut + interrupted, how, took, drained=drained)
 
     def done(self) -> None:
         """Before the recorder's: its exit line ends with how the stop went."""
@@ -210,11 +222,8 @@ class Drain:
         if server is not None:  # stopping at once: nothing more is accepted meanwhile
             for s in _listening(server):
                 s.close()
-        if self._note is None:
-            how, took, drained = self._stopped or ("at the stop", 0.0, False)
-            self._note = drain_note(self.ended, self._left(), how, took, drained=drained)
         if self.recorder is not None:
-            self.recorder.exit_note = self._note
+            self.recorder.exit_note = self.note
 
 
 def _proxyserver() -> Any:
@@ -260,8 +269,14 @@ def _waiting(s: asyncio.Server) -> bool:
 
 
 def _close_after(flow: http.HTTPFlow) -> None:
-    """``Connection: close`` on an HTTP/1 response (HTTP/2 has no such header)."""
-    if flow.response is not None and flow.request.http_version.startswith("HTTP/1"):
+    """``Connection: close`` on an HTTP/1 response (HTTP/2 has no such header); never on a
+    101, whose ``Connection: Upgrade`` the WebSocket handshake needs."""
+    resp = flow.response
+    if (
+        resp is not None
+        and resp.status_code != 101
+        and flow.request.http_version.startswith("HTTP/1")
+    ):
         flow.response.headers["connection"] = "close"
 
 

@@ -64,6 +64,7 @@ log = logging.getLogger("ssetape.recorder")
 
 # flow.metadata keys: plain values only, as mitmproxy copies and saves metadata.
 META = "ssetape"
+SESSION_META = "ssetape_websocket"  # META, moved once the exchange is a WebSocket session
 REPLAYED = "ssetape_replayed"
 SESSION = "ssetape_session"  # the session the request's header named
 CLIENT_GONE = frozenset({"Client disconnected.", "Connection killed.", "connection cancelled"})
@@ -92,7 +93,10 @@ class Recorder:
         # (something was lost), so `ssetape record` need not print it again.
         self.exit_line: str | None = None
         self.exit_warned = False
-        self.exit_note: str | None = None  # its end, e.g. how a drain went (``addons.drain``)
+        # Its end, e.g. how a drain went (``addons.drain``): given how many exchanges the stop
+        # interrupted (counted as they end, so the line says what the store holds).
+        self.exit_note: Callable[[int], str | None] | None = None
+        self.stop_interrupted = 0  # exchanges a stop (a drain deadline, the end) interrupted
         self._running = False  # the proxy relays: a store is opened off its event loop
         self._opened_with: tuple[Any, ...] | None = None
         self._reopening: set[asyncio.Task[None]] = set()
@@ -332,10 +336,11 @@ class Recorder:
         msg = flow.error.msg if flow.error else "unknown error"
         self._finish(flow, end_state(msg, flow.response is not None), msg)
 
-    def _finish(self, flow: http.HTTPFlow, state: str, error: str | None = None) -> None:
+    def _finish(self, flow: http.HTTPFlow, state: str, error: str | None = None) -> bool:
+        """Ends the exchange of ``flow``; False when it had none to end."""
         meta = flow.metadata.pop(META, None)
         if meta is None or self.link is None:
-            return
+            return False
         uid = meta["uid"]
         self.inflight.pop(uid, None)
         now = clock.since(meta["t0"])
@@ -353,19 +358,26 @@ class Recorder:
                 if missed is not None:
                     fields["error"] = f"{error}; {missed}" if error else missed
         self.link.finish(uid, now, fields)
+        return True
 
     def done(self) -> None:
-        self.interrupt(STOPPED)
+        self.stop_interrupted += self.interrupt(STOPPED)
         link, store, self.link, self.store = self.link, self.store, None, None
         self._close(link, store, last=True)
 
-    def interrupt(self, why: str) -> None:
+    def interrupt(self, why: str) -> int:
         """End the exchanges in flight as interrupted; the rest of their streams passes
-        through as it is (mitmproxy may relay more chunks), not into a closed capture."""
-        for flow in list(self.inflight.values()):
+        through as it is (mitmproxy may relay more chunks), not into a closed capture.
+        Returns how many it ended: what the store will hold so, not what was in flight."""
+        ended = 0
+        for uid, flow in list(self.inflight.items()):
             if flow.response is not None and callable(flow.response.stream):
                 flow.response.stream = True
-            self._finish(flow, ExchangeState.INTERRUPTED, why)
+            if SESSION_META in flow.metadata:  # a WebSocket session's: ended here too
+                flow.metadata[META] = flow.metadata.pop(SESSION_META)
+            ended += self._finish(flow, ExchangeState.INTERRUPTED, why)
+            self.inflight.pop(uid, None)  # with its exchange ended or without one: not in flight
+        return ended
 
     def _retire(self) -> None:
         """``ssetape_db`` changed at runtime: the old recording process stores what it has
@@ -382,7 +394,8 @@ class Recorder:
 
     def _close(self, link: RecordLink | None, store: Store | None, *, last: bool) -> None:
         if link is not None:
-            line, warned = counts_line(link.close(), link, self.exit_note if last else None)
+            note = self.exit_note(self.stop_interrupted) if last and self.exit_note else None
+            line, warned = counts_line(link.close(), link, note)
             if line is not None:
                 log.log(logging.WARNING if warned else logging.INFO, line)
             if last:  # the exit line is the session's last store's

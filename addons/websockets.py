@@ -18,7 +18,7 @@ from typing import Any
 
 from mitmproxy import http
 
-from ssetape.addons.recorder import META, Recorder
+from ssetape.addons.recorder import META, SESSION_META, Recorder
 from ssetape.analysis.session_rules import close_note
 from ssetape.recording import clock
 from ssetape.recording.link import RecordLink
@@ -29,7 +29,6 @@ __all__ = ["SESSION_META", "WebSockets", "ending"]
 
 log = logging.getLogger("ssetape.recorder")
 
-SESSION_META = "ssetape_websocket"  # flow.metadata: the recorder's entry, moved here
 NORMAL = frozenset({1000, 1001})  # closes that end a session as planned (RFC 6455 7.4.1)
 ABNORMAL = 1006  # what mitmproxy (wsproto) reports when TCP closed with no close frame
 STOPPED = "recorder stopped before the WebSocket session ended"
@@ -49,8 +48,10 @@ def ending(by_client: bool | None, code: int | None, reason: str | None) -> tupl
 class WebSockets:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        # Sessions being recorded, by uid: their flow and the link they began on (a new
+        # Sessions being recorded, by flow id: their flow and the link they began on (a new
         # store mid-session gets none of the rest: its recording process never saw it begin).
+        # The recorder may end one itself (a drain's deadline, a store change): its entry in
+        # the flow's metadata is gone then, and so is what this addon does with the session.
         self.open: dict[str, tuple[http.HTTPFlow, RecordLink]] = {}
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -61,16 +62,20 @@ class WebSockets:
             return
         meta: dict[str, Any] = flow.metadata.pop(META)
         flow.metadata[SESSION_META] = meta
-        self.open[meta["uid"]] = (flow, link)
+        self.open[flow.id] = (flow, link)
         link.update(meta["uid"], {"transport": Transport.WEBSOCKET})
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         meta = flow.metadata.get(SESSION_META)
         ws = flow.websocket
-        if meta is None or ws is None or not ws.messages:
+        if ws is None or not ws.messages:
+            return
+        if meta is None:  # not recorded, or ended by the recorder: only trimmed
+            self.open.pop(flow.id, None)
+            del ws.messages[:-1]
             return
         message = ws.messages[-1]
-        link = self._link(meta["uid"])
+        link = self._link(flow.id)
         if link is not None:
             try:
                 hand_message(
@@ -100,17 +105,17 @@ class WebSockets:
         for flow, _ in list(self.open.values()):
             self._finish(flow, ExchangeState.INTERRUPTED, STOPPED)
 
-    def _link(self, uid: str) -> RecordLink | None:
-        got = self.open.get(uid)
+    def _link(self, flow_id: str) -> RecordLink | None:
+        got = self.open.get(flow_id)
         return got[1] if got is not None and got[1] is self.recorder.link else None
 
     def _finish(self, flow: http.HTTPFlow, state: str, error: str | None) -> None:
+        link = self._link(flow.id)
+        self.open.pop(flow.id, None)
         meta = flow.metadata.pop(SESSION_META, None)
         if meta is None:
             return
         uid = meta["uid"]
-        link = self._link(uid)
-        self.open.pop(uid, None)
         self.recorder.inflight.pop(uid, None)
         if link is None:
             return
