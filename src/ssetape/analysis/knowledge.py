@@ -39,8 +39,9 @@ log = logging.getLogger("ssetape.analysis.knowledge")
 # 1,000 tool calls kept, with tool_calls_total (a stream of 200,000 stored 11 MB of them);
 # 6: who failed (fault), and a stream relayed whole but recorded with a gap is not cut;
 # the request's prompt text (request_text: search by prompt); 7: WebSocket sessions read
-# (openai_realtime, gemini_live, Responses WebSocket mode).
-ANALYSIS_VERSION = 7
+# (openai_realtime, gemini_live, Responses WebSocket mode); 8: a session's prompt text, from
+# its client frames.
+ANALYSIS_VERSION = 8
 # Rows of a streamed HTTP error read for its body (of which MAX_ERROR_BODY bytes are kept).
 _ERROR_ROWS = 1_000
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_PROMPT_BYTES", "PROMPT_FIELDS", "request_text"]
+__all__ = ["MAX_PROMPT_BYTES", "PROMPT_FIELDS", "SESSION_PROMPTS", "request_text", "session_text"]
 
 # Where each API's prompt is (ssetape.analysis.apis names the APIs), system prompt first.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -38,6 +38,34 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     # prompt, Cohere's message.
     "bedrock_invoke": ("system", "messages", "prompt", "inputText", "message", "chat_history"),
     "images": ("prompt",),
+}
+# A WebSocket session's prompt is in its client frames: by API (ssetape.analysis.sessions),
+# by client event, the paths to read (each read as a request's fields are).
+SESSION_PROMPTS: dict[str, dict[str, tuple[tuple[str, ...], ...]]] = {
+    # session.instructions; an item's content parts (input_text); a response's own
+    # instructions and input items.
+    "openai_realtime": {
+        "session.update": (("session", "instructions"),),
+        "conversation.item.create": (("item",),),
+        "response.create": (("response", "instructions"), ("response", "input")),
+    },
+    # Responses WebSocket mode: response.create carries the create body's fields.
+    "responses": {
+        "response.create": (
+            ("instructions",),
+            ("input",),
+            ("response", "instructions"),
+            ("response", "input"),
+        ),
+    },
+    # setup.systemInstruction (a Content); clientContent.turns (Contents); realtimeInput.text.
+    "gemini_live": {
+        "setup": (("setup", "systemInstruction"), ("setup", "system_instruction")),
+        "clientContent": (("clientContent", "turns"),),
+        "client_content": (("client_content", "turns"),),
+        "realtimeInput": (("realtimeInput", "text"),),
+        "realtime_input": (("realtime_input", "text"),),
+    },
 }
 # What is read of an object inside those fields.
 _TEXT_KEYS = ("text", "content", "parts", "message")
@@ -64,6 +92,22 @@ def request_text(api: str, request: object) -> str | None:
     for name in fields:
         _collect(request.get(name), pieces, _DEPTH)
     text = "\n".join(p for p in pieces if p)
+    return _bounded(text) if text else None
+
+
+def session_text(api: str, kind: str, message: dict[str, Any], out: list[str]) -> None:
+    """Appends to ``out`` the prompt text of one client frame of a session of ``api``
+    (its event ``kind``, its payload parsed); the session's text is :func:`bounded` of
+    them, one a line."""
+    for path in SESSION_PROMPTS.get(api, {}).get(kind, ()):
+        value: Any = message
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        _collect(value, out, _DEPTH)
+
+
+def bounded(text: str) -> str | None:
+    """``text`` as stored: at most MAX_PROMPT_BYTES (its start and end); None if empty."""
     return _bounded(text) if text else None
 
 

@@ -30,6 +30,7 @@ from ssetape.analysis.ending import TRANSPORT_OUTCOMES
 from ssetape.analysis.fault import fault_of
 from ssetape.analysis.findings import UNMODELLED, Finding, FindingCode
 from ssetape.analysis.profiles import DEFAULT_PROFILE, PROFILES, Profile
+from ssetape.analysis.request_text import MAX_PROMPT_BYTES, bounded, session_text
 from ssetape.analysis.session_rules import Session, SessionRules, close_of
 from ssetape.vocabulary import Direction, ExchangeState, Outcome
 
@@ -73,6 +74,10 @@ class SessionAnalyzer:
         # The metrics' gaps are taken between consecutive offsets, which would span the
         # silence between turns: a session gives them none (its figures hold its gaps).
         self.content_offsets = array("q")
+        # What the client frames asked (search by prompt), kept bounded as it grows: a
+        # session of hours sends its instructions and turns again and again.
+        self._prompt: list[str] = []
+        self._prompt_chars = 0
 
     def _begin(self, rules: SessionRules | None) -> Session:
         beta = rules is not None and rules.beta(self._headers)
@@ -124,6 +129,15 @@ class SessionAnalyzer:
             rules.server(s, kind, obj)
         else:
             rules.client(s, kind, obj)
+            self._asked(rules.name, kind, obj)
+
+    def _asked(self, api: str, kind: str, obj: dict[str, Any]) -> None:
+        before = len(self._prompt)
+        session_text(api, kind, obj, self._prompt)
+        self._prompt_chars += sum(len(p) + 1 for p in self._prompt[before:])
+        if self._prompt_chars > 2 * MAX_PROMPT_BYTES:  # its start and its end are kept
+            kept = bounded("\n".join(self._prompt)) or ""
+            self._prompt, self._prompt_chars = [kept], len(kept)
 
     def finish(
         self,
@@ -170,6 +184,7 @@ class SessionAnalyzer:
             output_text="".join(t.text),
             reasoning_text="".join(t.reasoning),
             findings=findings,
+            request_text=bounded("\n".join(p for p in self._prompt if p)),
             session={
                 "responses": s.responses,
                 "ttft_us": s.ttfts[:_TTFTS],

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from ssetape.analysis.apis import api_names
+from ssetape.analysis.request_text import MAX_PROMPT_BYTES
 from ssetape.analysis.sessions import SESSION_APIS, SessionAnalyzer
 
 
@@ -80,3 +81,33 @@ def test_the_first_server_message_names_the_api_on_an_unknown_route() -> None:
 
 def test_every_session_api_is_in_the_vocabulary() -> None:
     assert set(SESSION_APIS) <= set(api_names())
+
+
+def test_a_sessions_prompt_is_what_its_client_frames_asked() -> None:
+    """Search by prompt reads a session's client frames: Gemini Live's system instruction
+    and turns, Responses WebSocket mode's input; never what the server said."""
+    setup = {"setup": {"model": "models/gemini-live-2.5",
+             "systemInstruction": {"parts": [{"text": "Answer in French."}]}}}  # fmt: skip
+    turn = {"clientContent": {"turns": [{"role": "user", "parts": [{"text": "Hello?"}]}],
+            "turnComplete": True}}  # fmt: skip
+    spoken = {"realtimeInput": {"text": "And goodbye."}}
+    answer = {"serverContent": {"modelTurn": {"parts": [{"text": "Bonjour"}]}}}
+    path = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+    messages = [("client", 0, setup), ("server", 5, {"setupComplete": {}}),
+                ("client", 10, turn), ("server", 20, answer), ("client", 30, spoken)]  # fmt: skip
+    a = analyse(path, messages)
+    assert a.request_text == "Answer in French.\nHello?\nAnd goodbye."
+    b = analyse("/v1/responses", responses_turn(0, "ab") + responses_turn(5_000_000, "cd"))
+    assert b.request_text == "hi\nhi"
+
+
+def test_a_long_sessions_prompt_keeps_its_start_and_its_end() -> None:
+    """A session of hours asks again and again: its text stays bounded, the first and the
+    latest asks kept."""
+    asks = [
+        ("client", i, {"type": "response.create", "input": f"ask {i:05d} " + "x" * 1000})
+        for i in range(500)
+    ]
+    a = analyse("/v1/responses", asks)
+    assert len(a.request_text.encode()) <= MAX_PROMPT_BYTES
+    assert a.request_text.startswith("ask 00000 ") and "ask 00499 " in a.request_text
