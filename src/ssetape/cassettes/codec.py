@@ -18,6 +18,7 @@ import orjson
 from ssetape.analysis.knowledge import KNOWLEDGE_COLUMNS
 from ssetape.cassettes.constraints import check
 from ssetape.storage.cassette_rows import ColumnSpec, columns
+from ssetape.vocabulary import Opcode
 
 # Ids are the store's own: a row's are never read from a cassette (the store numbers its own),
 # and only `ssetape export` writes an exchange's id, as a reference to it (``encode``).
@@ -31,6 +32,8 @@ NOT_WRITTEN = {
     "event": frozenset({"event", "data", "sse_id"}),
     "chunk": frozenset(),
 }
+# A WebSocket message's line, in this order (then its payload): see cassettes.sessions.
+_MESSAGE_ORDER = ("seq", "offset_us", "direction", "opcode")
 _KINDS: list[tuple[type, str]] = [
     (bytes, "bytes"), (dt.datetime, "datetime"), (bool, "bool"), (int, "int"), (float, "float"),
     (str, "str"),
@@ -76,6 +79,15 @@ def short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _message(obj: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A WebSocket message's line: who sent it and how before its payload (a reviewer reads
+    them first), which is text in a text frame and base64 in a binary one, whatever it holds."""
+    first = {k: obj.pop(k) for k in ("kind", *_MESSAGE_ORDER) if k in obj}
+    if row.get("opcode") == Opcode.BINARY:
+        obj["raw"] = {"b64": base64.b64encode(row["raw"]).decode("ascii")}
+    return {**first, **obj}
+
+
 class CassetteCodec:
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -102,6 +114,8 @@ class CassetteCodec:
             elif col.kind == "datetime":
                 value = cast(dt.datetime, value).isoformat()
             obj[name] = value
+        if self.kind == "event" and row.get("direction") is not None:
+            obj = _message(obj, row)
         try:
             return orjson.dumps(obj) + b"\n"
         except orjson.JSONEncodeError as e:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ssetape.analysis.apis import api_names
 from ssetape.http_fields import reason_problem, unsafe_fields
-from ssetape.vocabulary import ExchangeState, Outcome
+from ssetape.vocabulary import Direction, ExchangeState, Opcode, Outcome, Transport
 
 __all__ = ["CONSTRAINTS", "MAX_DEPTH", "MAX_HEADERS", "MAX_US", "check"]
 
@@ -101,8 +101,14 @@ CONSTRAINTS: dict[str, dict[str, Check]] = {
         "gap_p95_us": _US,
         "gap_max_us": _US,
         "details": _details,
+        "transport": _one_of([t.value for t in Transport]),
     },
-    "event": {"offset_us": _US},
+    "event": {
+        "offset_us": _US,
+        # A WebSocket message's: replay sends nothing but a text or binary frame.
+        "direction": _one_of([d.value for d in Direction]),
+        "opcode": _one_of([o.value for o in Opcode]),
+    },
     "chunk": {"offset_us": _US},
 }
 

@@ -1,4 +1,5 @@
-"""The cassette format (version 2): JSON Lines, reviewable in a diff and lossless for replay.
+"""The cassette format (version 2, or 3 with WebSocket sessions): JSON Lines, reviewable in a
+diff and lossless for replay.
 
 One JSON object per line::
 
@@ -6,6 +7,10 @@ One JSON object per line::
     {"kind": "exchange", "method": "POST", "host": "...", ...}     the request and response
     {"kind": "event", "seq": 0, "offset_us": 1234, "raw": "data: ...\\n\\n"}
     {"kind": "chunk", "seq": 0, "offset_us": 1234, "data": {"b64": "H4sI..."}}
+
+A cassette that holds a WebSocket session is version 3: the session is an exchange line (its
+upgrade) and its messages are event lines with a direction and an opcode
+(:mod:`ssetape.cassettes.sessions`); one without is written as version 2, byte for byte.
 
 Events and chunks belong to the exchange line above them. A bytes value is a JSON string when
 it is valid UTF-8, else ``{"b64": "..."}``; datetimes are ISO 8601. Exchanges are ordered by
@@ -44,6 +49,7 @@ from typing import Any
 import orjson
 
 from ssetape.cassettes.codec import CassetteCodec, CassetteError, short
+from ssetape.cassettes.sessions import HTTP_VERSION, SESSIONS_VERSION, SessionLines
 from ssetape.framing.framings import FRAMINGS, Framing, frame_fields, framing_of_headers
 from ssetape.storage.cassette_rows import KINDS, columns
 
@@ -58,7 +64,7 @@ __all__ = [
     "read_records",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = SESSIONS_VERSION  # the newest this ssetape reads
 MAX_LINE_BYTES = 64 * 1024 * 1024
 MAX_BYTES = 4 * 1024 * 1024 * 1024
 # A field is a few bytes of line and a few Python objects (and a needle) in every redactor.
@@ -81,8 +87,11 @@ class ImportReport:
     lines: dict[int, int] = field(default_factory=dict)  # new exchange id -> cassette line
 
 
-def header_line(redact_fields: list[str]) -> bytes:
-    return orjson.dumps({HEADER_KEY: FORMAT_VERSION, "redact_fields": redact_fields}) + b"\n"
+def header_line(redact_fields: list[str], *, sessions: bool = False) -> bytes:
+    """Line 1; ``sessions``: the cassette holds a WebSocket session (version 3), else it is
+    version 2 as it always was, which every ssetape since reads."""
+    version = SESSIONS_VERSION if sessions else HTTP_VERSION
+    return orjson.dumps({HEADER_KEY: version, "redact_fields": redact_fields}) + b"\n"
 
 
 def read_records(
@@ -113,6 +122,7 @@ def read_records(
     report.redact_fields = _header(name, *header)
     started = (now or dt.datetime.now(dt.UTC)).isoformat()
     framing = Framing.CHUNKS
+    sessions = SessionLines()
     alike: dict[bytes, int] = {}
     for number, raw in rows:
         where = f"{name}:{number}"
@@ -143,10 +153,8 @@ def read_records(
         values = codecs[kind].decode(obj, name, number, report.ignored)
         parsed_data = "data" in obj
         del obj
-        if kind == "event" and framing in FRAMINGS and "raw" in values and not parsed_data:
-            # An event's type, data and id, parsed from its bytes as the recorder parsed them.
-            values.update(frame_fields(values["raw"], framing))
         if kind == "exchange":
+            sessions.exchange(where, values)
             framing = framing_of_headers(values.get("response_headers"))
             uid = values["uid"]
             if uid in seen_uids:
@@ -171,6 +179,12 @@ def read_records(
                     f"{where}: {kind} offset_us {values['offset_us']} is after the exchange "
                     f"ended ({duration})"
                 )
+            # A WebSocket message's fields are derived by `sessions`; an HTTP event's type,
+            # data and id are parsed from its bytes as the recorder parsed them.
+            if kind == "chunk":
+                sessions.chunk(where)
+            elif not sessions.event(where, values) and framing in FRAMINGS and not parsed_data:
+                values.update(frame_fields(values["raw"], framing))
         yield number, kind, values
 
 

@@ -5,6 +5,11 @@ HAR has no notion of events arriving over time, so every entry carries them in a
 ``{"seq", "offset_us", "event", "data"}``, offsets in microseconds from the moment the proxy had
 the whole request. Bodies are decoded (content-encoding undone) as HAR wants them; text that is
 not UTF-8 is base64 with ``"encoding": "base64"``. Lossy by nature: use cassettes to round-trip.
+
+A WebSocket session is one entry (its upgrade, status 101) whose messages are in
+``_webSocketMessages`` as Chrome's dev tools write them (``_resourceType: "websocket"``; each
+message ``{"type": "send"|"receive", "time": <Unix seconds>, "opcode": 1|2, "data": ...}``,
+a binary frame's data in base64), which HAR viewers show as a session's frames.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ssetape.http_fields import origin
 from ssetape.storage.cassette_rows import CassetteRows, Narrow
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
+from ssetape.vocabulary import Direction, Opcode, Transport
 
 _BATCH = 200
 _BATCH_EVENTS = 50_000  # events of one batch read at once, at most
@@ -58,6 +64,23 @@ def _decoded(data: bytes, encoding: str) -> tuple[bytes, str | None]:
 
 def _ms(us: int | None) -> float:
     return round(us / 1000, 3) if us is not None else -1
+
+
+def _frame(started: float, e: dict[str, Any]) -> dict[str, Any]:
+    """One WebSocket message as Chrome's HAR has it (``started``: the session's, Unix s)."""
+    binary = e["opcode"] == Opcode.BINARY
+    raw: bytes = e["raw"]
+    return {
+        "type": "send" if e["direction"] == Direction.CLIENT else "receive",
+        "time": round(started + e["offset_us"] / 1e6, 6),
+        "opcode": 2 if binary else 1,
+        "data": base64.b64encode(raw).decode("ascii") if binary else raw.decode("utf-8", "replace"),
+    }
+
+
+def _event(e: dict[str, Any]) -> dict[str, Any]:
+    item = {"seq": e["seq"], "offset_us": e["offset_us"], "event": e["event"], "data": e["data"]}
+    return item if e.get("direction") is None else {**item, "direction": e["direction"]}
 
 
 class Har:
@@ -94,7 +117,10 @@ class Har:
                 **({"_encoding": "base64"} if "encoding" in post else {}),
             }
         comment_extra: list[str] = []
-        if x["is_stream"]:
+        session = x.get("transport") == Transport.WEBSOCKET
+        if session:
+            body = b""  # its messages are frames, not a body
+        elif x["is_stream"]:
             # Events hold the decoded stream, byte-exact; wire chunks may be compressed.
             body = b"".join(e["raw"] for e in events)
         else:
@@ -108,6 +134,15 @@ class Har:
         if x["error"]:
             comment += f" ({x['error']})"
         comment += "".join(f"; {c}" for c in comment_extra)
+        started = x["started_at"].timestamp()
+        frames = (
+            {
+                "_resourceType": "websocket",
+                "_webSocketMessages": [_frame(started, e) for e in events],
+            }
+            if session
+            else {}
+        )
         return {
             "startedDateTime": x["started_at"].isoformat(),
             "time": _ms(duration if duration is not None else (ttfb or 0)),
@@ -134,15 +169,8 @@ class Har:
                 "receive": _ms(receive),
             },
             "comment": comment,
-            "_ssetape": [
-                {
-                    "seq": e["seq"],
-                    "offset_us": e["offset_us"],
-                    "event": e["event"],
-                    "data": e["data"],
-                }
-                for e in events
-            ],
+            **frames,
+            "_ssetape": [_event(e) for e in events],
         }
 
     def write(
@@ -171,6 +199,8 @@ class Har:
                 try:
                     if events is not None or not rows[xid]["is_stream"]:
                         out.write(orjson.dumps(self.entry(rows[xid], events or [])))
+                    elif rows[xid].get("transport") == Transport.WEBSOCKET:
+                        self._write_long_session(out, rows[xid], reads)
                     else:
                         self._write_long(out, rows[xid])
                 except orjson.JSONEncodeError as e:
@@ -227,6 +257,25 @@ class Har:
             out.write(sep + orjson.dumps(item))
             sep = b","
         out.write(b"]" + after)
+
+    def _write_long_session(self, out: IO[bytes], x: dict[str, Any], reads: CassetteRows) -> None:
+        """A long WebSocket session's entry: its frames and events written a page at a time
+        where placeholders stand in the entry (two reads of the session, never all held)."""
+        frames_hole, events_hole = (f"<{secrets.token_hex(16)}>" for _ in range(2))
+        entry = self.entry(x, [])
+        entry["_webSocketMessages"], entry["_ssetape"] = frames_hole, events_hole
+        doc = orjson.dumps(entry)
+        before, _, rest = doc.partition(orjson.dumps(frames_hole))
+        between, _, after = rest.partition(orjson.dumps(events_hole))
+        started = x["started_at"].timestamp()
+        for part, item in ((before, lambda e: _frame(started, e)), (between, _event)):
+            out.write(part + b"[")
+            sep = b""
+            for e in reads.pages("event", x["id"]):
+                out.write(sep + orjson.dumps(item(e)))
+                sep = b","
+            out.write(b"]")
+        out.write(after)
 
     def export(
         self, path: Path, narrow: Narrow | None = None, *, progress: Progress | None = None

@@ -16,6 +16,7 @@ from ssetape.cassettes.format import ImportReport, header_line
 from ssetape.matching import canonical_request, fingerprint
 from ssetape.redactor import Redactor
 from ssetape.storage.cassette_rows import KINDS, CassetteRows, Inserts, Narrow
+from ssetape.storage.session_io import holds_sessions
 from ssetape.storage.store import Store
 
 __all__ = [
@@ -117,7 +118,11 @@ def write_cassette(
     scrub = scrubber(store)
     rows = CassetteRows(store)
     ids = rows.ids(narrow, "request")
-    out.write(header_line(store.redact_fields()))
+    # Version 3 only when a WebSocket session is among them: others stay as they were. (A
+    # session is an HTTP exchange until its 101: one upgraded after this is written in the
+    # version said here, with the fields an older reader ignores.)
+    sessions = bool(ids) and holds_sessions(store, narrow, up_to=max(ids))
+    out.write(header_line(store.redact_fields(), sessions=sessions))
     for start in range(0, len(ids), _BATCH):
         batch = ids[start : start + _BATCH]
         exchanges = rows.exchanges(batch)

@@ -299,7 +299,7 @@ EVENT = b'{"kind": "event", "seq": 0, "offset_us": 10, "raw": "data: x\\n\\n"}\n
         (b"", "empty file, not an ssetape cassette"),
         (EXCHANGE, ":1: not an ssetape cassette"),
         (b"[1, 2]\n", ":1: not an ssetape cassette"),
-        (b'{"ssetape_cassette": 3}\n', ":1: cassette format version 3 is newer than this"),
+        (b'{"ssetape_cassette": 4}\n', ":1: cassette format version 4 is newer than this"),
         (b'{"ssetape_cassette": "1"}\n', ":1: bad cassette format version"),
         (HEADER + EXCHANGE + b'{"kind": "event", "seq": 0,\n', ":3: invalid JSON"),
         (HEADER + b"[]\n", ":2: expected a JSON object"),
@@ -413,7 +413,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     )
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
-        f"Error: {bad}:1: cassette format version 9 is newer than this ssetape reads (2): "
+        f"Error: {bad}:1: cassette format version 9 is newer than this ssetape reads (3): "
         "upgrade ssetape"
     ]
     assert not db.exists()  # refused before a store was created
