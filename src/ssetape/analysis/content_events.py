@@ -9,6 +9,10 @@ terminal ones: a 1.5 s pause filled with comments every 0.5 s is one 1.5 s gap, 
 0.5 s. TTFT is the offset of the first such event. The stored figures (``gap_*_us``,
 ``ttft_us``) come from the analysis itself, so this module asks the analysis too, event by
 event, rather than guessing by event name.
+
+A WebSocket session's content events are its server frames that carried content, as the
+session analysis read them (:mod:`ssetape.analysis.turns`); its gaps are measured within a
+turn only, never across the silence between two (:meth:`ContentEvents.stored_gaps`).
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from ssetape.analysis.analyzer import Analyzer
 from ssetape.analysis.apis import streams_array
 from ssetape.analysis.live_analysis import content_type
 from ssetape.analysis.profiles import Profile, profile_for, profile_or_none
+from ssetape.analysis.turns import TurnScan
 from ssetape.framing.framings import Framing, framing_of
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
+from ssetape.storage.turns import TurnReads
+from ssetape.vocabulary import Transport
 
 __all__ = ["ContentEvents", "Gap", "StoredEvent"]
 
@@ -35,6 +42,7 @@ class StoredEvent(NamedTuple):
     event: str | None
     data: str | None
     content: bool
+    turn: int | None = None  # a session's server frame: the turn it belongs to
 
 
 class Gap(NamedTuple):
@@ -78,6 +86,8 @@ class ContentEvents:
     @classmethod
     def of(cls, x: Exchange) -> ContentEvents:
         """For a stored exchange, under the profile it was analysed with."""
+        if x.transport == Transport.WEBSOCKET:
+            return _SessionContent(x)
         array = framing_of(content_type(x.response_headers)) is Framing.CHUNKS and streams_array(
             x.path
         )
@@ -88,9 +98,10 @@ class ContentEvents:
         )  # fmt: skip
 
     def carried(
-        self, seq: int, offset_us: int, event: str | None, data: str | None, raw: bytes = b""
-    ) -> bool:
-        """Whether this row (fed in order) carried content."""
+        self, seq: int, offset_us: int, event: str | None, data: str | None, raw: bytes = b"",
+        direction: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Whether this row (fed in order) carried content (``direction``: a session's)."""
         scan = self._scan
         scan.carried = False
         if self.array:
@@ -102,6 +113,12 @@ class ContentEvents:
     @classmethod
     def read(cls, queries: Queries, x: Exchange) -> Iterator[StoredEvent]:
         """Every stored event of ``x`` with whether it carried content, a page at a time."""
+        if x.transport == Transport.WEBSOCKET:
+            scan = TurnScan.of(x, keep=0)
+            for m in TurnReads(queries.store).messages(x.id):
+                facts = scan.message(m.seq, m.offset_us, m.direction, m.data, event=m.event)
+                yield StoredEvent(m.seq, m.offset_us, m.event, m.data, facts.carried, facts.turn)
+            return
         reader = cls.of(x)
         if reader.array:
             for seq, off, event, data, raw in queries.event_rows(x.id):
@@ -120,3 +137,31 @@ class ContentEvents:
             if before is not None:
                 yield Gap(offset_us - before[1], before[0], seq, offset_us)
             before = (seq, offset_us)
+
+    @classmethod
+    def stored_gaps(cls, queries: Queries, x: Exchange) -> Iterator[Gap]:
+        """The gaps of stored exchange ``x`` as its figures count them: a session's within
+        each turn (the first content of a turn follows no gap)."""
+        before: tuple[int, int, int | None] | None = None
+        for e in cls.read(queries, x):
+            if not e.content:
+                continue
+            if before is not None and before[2] == e.turn:
+                yield Gap(e.offset_us - before[1], before[0], e.seq, e.offset_us)
+            before = (e.seq, e.offset_us, e.turn)
+
+
+class _SessionContent(ContentEvents):
+    """Which messages of a WebSocket session carried content, fed in order."""
+
+    def __init__(self, x: Exchange) -> None:
+        self._turns = TurnScan.of(x, keep=0)
+        self.array = False
+
+    def carried(
+        self, seq: int, offset_us: int, event: str | None, data: str | None, raw: bytes = b"",
+        direction: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Whether this message carried content (``direction`` None: read as the server's)."""
+        facts = self._turns.message(seq, offset_us, direction, data, event=event)
+        return facts.carried

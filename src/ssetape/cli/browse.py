@@ -206,6 +206,12 @@ def _draw_timeline(x: Exchange, queries: Queries, timeline: bool, svg_file: Path
     """`show --timeline` in the terminal, `--svg` in a file."""
     from rich.console import Console
 
+    from ssetape.views.ws_timeline import is_session
+
+    if is_session(x):
+        _draw_session(x, queries, timeline, svg_file)
+        return
+
     from ssetape.views.timeline import Timeline
     from ssetape.views.timeline_chart import TimelineChart
 
@@ -219,6 +225,31 @@ def _draw_timeline(x: Exchange, queries: Queries, timeline: bool, svg_file: Path
         click.echo(f"timeline of #{x.id} ({len(chart.marks)} events) written to {svg_file}")
     if timeline:
         Console().print(TimelineChart(chart).render(width=Console().width))
+
+
+def _draw_session(x: Exchange, queries: Queries, timeline: bool, svg_file: Path | None) -> None:
+    """A WebSocket session: client frames above, server frames below, its turns under them."""
+    from rich.console import Console
+
+    from ssetape.views.ws_timeline import TURNS_SHOWN, SessionTimeline
+    from ssetape.views.ws_timeline_chart import SessionChart, chart_cells, turns_table
+
+    if svg_file:
+        from ssetape.files import write_private
+        from ssetape.web.ws_timeline import SVG_WIDTH, session_svg, svg_cells
+
+        drawn = SessionTimeline.read(x, queries, cells=svg_cells(SVG_WIDTH), keep=TURNS_SHOWN)
+        write_private(svg_file, session_svg(drawn, standalone=True).encode())
+        n = drawn.lane_total("client") + drawn.lane_total("server")
+        click.echo(f"timeline of #{x.id} ({n} frames, {drawn.session.total} turns) written to "
+                   f"{svg_file}")  # fmt: skip
+    if timeline:
+        console = Console()
+        cells = chart_cells(console.width, x.event_count)
+        chart = SessionTimeline.read(x, queries, cells=cells, keep=TURNS_SHOWN)
+        console.print(SessionChart(chart).render(width=console.width))
+        for part in turns_table(chart.session.turns, chart.session.total):
+            console.print(part)
 
 
 def _print_show(
@@ -240,6 +271,10 @@ def _print_show(
         console.print(part)
     if not x.is_stream:
         return
+    from ssetape.views.ws_timeline import is_session
+
+    if is_session(x):  # its two lanes and its turns before its frames
+        _draw_session(x, queries, True, None)
     span = queries.event_span(x.id)
     total, shown = span.count, 0
     events = queries.events(x.id, start=start, stop=stop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ssetape.analysis.turns import SessionTurns
 from ssetape.mcp_server import texts
 from ssetape.mcp_server.paging import (
     MAX_PAGE_BYTES,
@@ -22,7 +23,9 @@ from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.sorted_pages import NEWEST, Sort
 from ssetape.storage.text_matches import TextMatch, TextMatches
+from ssetape.storage.turns import TurnReads
 from ssetape.views.documents import knowledge, summary
+from ssetape.views.ws_timeline import TURNS_SHOWN, is_session
 from ssetape.vocabulary import fault_choices, outcome_choices, parse_fault, parse_outcome
 
 __all__ = [
@@ -130,8 +133,11 @@ def _ranges(given: dict[str, float | None]) -> dict[str, Any]:
 
 
 def event_doc(e: Event) -> dict[str, Any]:
-    return {"seq": e.seq, "offset_ms": round(e.offset_us / 1000, 3), "event": clip(e.event),
-            "data": texts.text(e.data, EVENT_TEXT)}  # fmt: skip
+    doc = {"seq": e.seq, "offset_ms": round(e.offset_us / 1000, 3), "event": clip(e.event),
+           "data": texts.text(e.data, EVENT_TEXT)}  # fmt: skip
+    if e.direction is not None:  # a WebSocket message: who sent it
+        doc["direction"] = e.direction
+    return doc
 
 
 def _listed(
@@ -165,6 +171,19 @@ def _knowledge(head: ExchangeHead, queries: Queries, budget: int) -> dict[str, A
         doc.update(_listed("tool_calls", calls, budget, kept, total))
     doc.update(_listed("findings", doc["findings"], budget, _MORE))
     return {k: v if k in _LONG_TEXTS else clip(v) for k, v in doc.items()}
+
+
+def _session(x: Exchange, queries: Queries, budget: int) -> dict[str, Any]:
+    """A WebSocket session's frames per lane and its first turns, as many as fit ``budget``
+    (each with its TTFT, duration, longest gap, usage and outcome)."""
+    s = SessionTurns.read(TurnReads(queries.store), x, keep=TURNS_SHOWN)
+    how = (f"the first {TURNS_SHOWN} are read; each turn's frames are in the events "
+           "(events=true, after_seq=its asked_seq - 1)")  # fmt: skip
+    return {
+        "frames": {"client": s.client.doc(), "server": s.server.doc()},
+        "audio_deltas": s.audio_deltas,
+        **_listed("turns", [t.doc() for t in s.turns], budget, how, s.total),
+    }
 
 
 def _read(queries: Queries, id_or_uid: str | int) -> ExchangeHead:
@@ -201,6 +220,8 @@ def get_exchange(
         },
         "analysis": _knowledge(head, queries, budget),
     }
+    if is_session(x):
+        doc.update(_session(x, queries, budget))
     if events:
         n = limit_of(limit, EVENTS_MAX)
         rows = queries.events_page(x.id, after_seq=after_seq, limit=n)

@@ -153,8 +153,10 @@ def build(store: Store, log_level: LogLevel = "WARNING") -> Server:
                          limit=limit, cursor=cursor, max_bytes=max_bytes, **ranges)  # fmt: skip
 
     @tool("One exchange in detail: request, response, analysis (outcome, usage, timing, gaps, "
-          "output text, findings); with events=true a page of its stream's events from "
-          "after_seq, of at most max_bytes (the next page: after_seq=events_next_after_seq)."
+          "output text, findings); a WebSocket session also has its frames per lane (client, "
+          "server) and its turns (each response: TTFT, duration, longest gap, usage, outcome); "
+          "with events=true a page of its stream's events from after_seq, of at most max_bytes "
+          "(the next page: after_seq=events_next_after_seq)."
           )  # fmt: skip
     async def get_exchange(
         id: ExchangeId, events: bool = False, after_seq: int = -1, limit: Limit = 50,

@@ -39,8 +39,8 @@ def _pauses(queries: Queries, x: Exchange, min_gap_us: int) -> tuple[int, list[P
     seq. A pause is a gap between content events (analysis.content_events), as the stored
     ``gap_max_us`` that found the exchange: keep-alives inside it do not cut it short."""
     count, longest = 0, list[Pause]()
-    rows = ((e.seq, e.offset_us, e.content) for e in ContentEvents.read(queries, x))
-    for gap in ContentEvents.gaps(rows):
+    # A session's pauses are within its turns: the silence between two is not a stall.
+    for gap in ContentEvents.stored_gaps(queries, x):
         if gap.us >= min_gap_us:
             count += 1
             heapq.heappush(longest, (gap.us, gap.before_seq, gap.seq))

@@ -46,8 +46,8 @@ def stored_of(
 def _stalls(queries: Queries, x: Exchange) -> tuple[list[list[int]], int]:
     if x.outcome is None or (x.gap_max_us or 0) < STALL_US:
         return [], 0
-    rows = ((e.seq, e.offset_us, e.content) for e in ContentEvents.read(queries, x))
-    return stalls_of((g.offset_us - g.us, g.us) for g in ContentEvents.gaps(rows))
+    # A session's within its turns: the silence between two is not a stall.
+    return stalls_of((g.offset_us - g.us, g.us) for g in ContentEvents.stored_gaps(queries, x))
 
 
 def export_spans(

@@ -14,6 +14,7 @@ import orjson
 from ssetape.cost.price import usd
 from ssetape.framing.framings import Framing, framing_of_headers
 from ssetape.http_fields import origin
+from ssetape.vocabulary import Transport
 
 # Types only: `ssetape show --help` reads EVENTS_SHOWN without importing the store.
 if TYPE_CHECKING:
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
     from ssetape.storage.queries import Queries
 
 __all__ = [
-    "EVENTS_SHOWN", "TOOL_CALLS_SHOWN", "cost_of", "knowledge", "origin_of", "summary", "url_of",
-    "write_detail",
+    "EVENTS_SHOWN", "TOOL_CALLS_SHOWN", "TURNS_SHOWN", "cost_of", "knowledge", "origin_of",
+    "summary", "url_of", "write_detail",
 ]  # fmt: skip
 
 
@@ -188,6 +189,8 @@ def _event(e: Event, full: bool) -> dict[str, Any]:
         data = data[:JSON_MAX]
     doc: dict[str, Any] = {"seq": e.seq, "offset_us": e.offset_us, "event": e.event, "data": data,
            "id": e.sse_id, "raw": raw}  # fmt: skip
+    if e.direction is not None:  # a WebSocket message: who sent it, text or binary
+        doc["direction"], doc["opcode"] = e.direction, e.opcode
     if size is not None or data is not e.data:
         doc["truncated"] = {"raw_bytes": len(e.raw), "data_characters": len(e.data or "")}
     return doc
@@ -215,7 +218,11 @@ def write_detail(
     request_body, request_size = _cut(x.request_body, full)
     body: str | dict[str, str] | None
     body, body_size = _cut(x.response_body, full)
-    streamed = x.response_body is None and x.is_stream and not _encoded(x)
+    # A WebSocket session's 101 has no body: its messages are its events, each side's.
+    streamed = (
+        x.response_body is None and x.is_stream and not _encoded(x)
+        and x.transport != Transport.WEBSOCKET
+    )  # fmt: skip
     if streamed and not full:  # the stream as sent, cut: read only as much as is shown
         body, body_size = _stream_head(x, queries)
     # A whole stream goes out piece by piece where this placeholder stands.
@@ -230,6 +237,7 @@ def write_detail(
                      "body": hole if streamed and full else body,
                      **({"body_bytes": body_size} if body_size else {}),
                      **_not_stored(x)},
+        **_session(x, queries, full),
         "events_total": queries.event_span(x.id).count,
         "events": [],
     }  # fmt: skip
@@ -258,6 +266,23 @@ def write_detail(
         write(sep + b"    " + item.replace(b"\n", b"\n    "))
         sep = b",\n"
     out.write(b"[]\n}\n" if sep == b"[\n" else b"\n  ]\n}\n")
+
+
+# Turns of a WebSocket session `show` prints and `show --json` holds unless --full.
+TURNS_SHOWN = 100
+
+
+def _session(x: Exchange, queries: Queries, full: bool) -> dict[str, Any]:
+    """A WebSocket session's frames per lane, its first TURNS_SHOWN turns (every one with
+    ``full``) and ``turns_total``; nothing for HTTP."""
+    if x.transport != Transport.WEBSOCKET:
+        return {}
+    # Here: the store's reads, which `ssetape show --help` does without.
+    from ssetape.analysis.turns import SessionTurns
+    from ssetape.storage.turns import TurnReads
+
+    shown = None if full else TURNS_SHOWN
+    return SessionTurns.read(TurnReads(queries.store), x, keep=shown).doc(shown)
 
 
 def _write_b64(write: Callable[[bytes], object], pieces: Iterable[bytes]) -> None:

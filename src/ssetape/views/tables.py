@@ -278,6 +278,9 @@ def _events_table(
     )
     t.add_column("seq", justify="right", width=widths[0])
     t.add_column("offset ms", justify="right", width=widths[1])
+    session = any(e.direction is not None for e in rows)  # WebSocket messages: who sent each
+    if session:
+        t.add_column("from", width=6)
     t.add_column("event", width=widths[2], no_wrap=True, overflow="ellipsis")
     t.add_column("data", overflow="fold")
     for e in rows:
@@ -287,7 +290,8 @@ def _events_table(
             data = e.raw.decode("utf-8", "replace").strip()
         else:
             data = abbreviated_bytes(e.raw, EVENT_MAX).strip()
-        t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", cell(_label(e)), cell(data))
+        sender = (cell(e.direction),) if session else ()
+        t.add_row(str(e.seq), f"{e.offset_us / 1000:.1f}", *sender, cell(_label(e)), cell(data))
     return t
 
 

@@ -23,7 +23,9 @@ from ssetape.analysis.apis import APIS, api_of_event
 from ssetape.analysis.content_events import ContentEvents
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
+from ssetape.storage.turns import TurnReads
 from ssetape.views.documents import url_of
+from ssetape.vocabulary import Direction, Transport
 
 __all__ = ["KINDS", "Mark", "Timeline"]
 
@@ -86,6 +88,12 @@ class _StoredMarks(Collection[Mark]):
         """Each event's kind. The content lane is what the analysis counted as content, so
         the gaps a chart lists are those of the stored figures (analysis.content_events);
         an event the names alone would call content but that carried none is set-up."""
+        if self._x.transport == Transport.WEBSOCKET:
+            # A session's two lanes, client above server (views.ws_timeline draws its turns).
+            for m in TurnReads(self._queries.store).messages(self._x.id):
+                lane = Direction.CLIENT if m.direction == Direction.CLIENT else Direction.SERVER
+                yield m.seq, m.offset_us, str(lane), m.event, m.data
+            return
         classify = _classifier(self._x.api)
         for e in ContentEvents.read(self._queries, self._x):
             kind = "content" if e.content else classify(e.event, e.data)

@@ -20,8 +20,10 @@ from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.page_reads import BodyHead, PageReads
 from ssetape.storage.queries import Queries
 from ssetape.views.documents import url_of
+from ssetape.views.ws_timeline import TURNS_SHOWN, SessionTimeline, is_session
 from ssetape.vocabulary import ExchangeState
 from ssetape.web.html import Markup, cut, el, join, link, ms, page
+from ssetape.web.ws_timeline import SVG_WIDTH, session_section, svg_cells
 
 __all__ = [
     "BODY_SHOWN", "DATA_SHOWN", "EVENTS_PER_PAGE", "HEADERS_SHOWN", "ZOOMS", "ExchangePage",
@@ -76,7 +78,8 @@ class ExchangePage:
             ),
             self.facts(),
             self._said(),
-            self._timeline() if x.is_stream else "",
+            self._timeline() if x.is_stream and not is_session(x) else "",
+            self._session() if is_session(x) else "",
             self.findings(findings, shown),
             el("div", self._request(), self.response(), class_="pair"),
             self._events(events) if x.is_stream else "",
@@ -167,6 +170,8 @@ class ExchangePage:
     def _said(self) -> Markup:
         x = self.x
         details = x.details or {}
+        # A session's text is read by its turns, not by an HTTP API's rules: no play button.
+        plays = x.is_stream and not is_session(x)
         parts = [
             el("h2", "Output"),
             el("pre", cut(x.output_text or ""), id="output", class_="text"),
@@ -179,9 +184,9 @@ class ExchangePage:
                 el("span", "", id="play-state"),
                 class_="play",
             )
-            if x.is_stream
+            if plays
             else "",
-            el("pre", "", id="play-out", class_="text") if x.is_stream else "",
+            el("pre", "", id="play-out", class_="text") if plays else "",
         ]
         for name, key in (("Refusal", "refusal_text"), ("Reasoning", "reasoning_text")):
             if details.get(key):
@@ -237,6 +242,14 @@ class ExchangePage:
             id="timeline-section",
         )
 
+    def _session(self) -> Markup:
+        # Drawn with the page (the policy runs no script to fetch it later): one read of the
+        # session's messages, its first TURNS_SHOWN turns kept, frames counted per pixel.
+        tl = SessionTimeline.read(
+            self.x, self.queries, cells=svg_cells(SVG_WIDTH), keep=TURNS_SHOWN
+        )
+        return session_section(tl)
+
     def _events(self, events: list[Event]) -> Markup:
         x, q = self.x, self.queries
         span = q.event_span(x.id)
@@ -260,7 +273,7 @@ class ExchangePage:
             el("p", shown, id="events-count"),
             el(
                 "table",
-                el("thead", el("tr", *(el("th", c) for c in _EVENT_COLUMNS))),
+                el("thead", el("tr", *(el("th", c) for c in _columns(x)))),
                 el("tbody", *rows),
                 class_="events",
                 data_live=f"/exchanges/{x.id}/live?start={self.after}" if live else None,
@@ -297,6 +310,8 @@ def _event_row(exchange_id: int, e: Event, gap: int | None) -> Markup:
         el("td", e.seq),
         el("td", ms(e.offset_us)),
         el("td", "" if gap is None else ms(gap)),
+        # A WebSocket message: who sent it (the header says "from" for a session).
+        el("td", e.direction, class_=f"from-{e.direction}") if e.direction is not None else "",
         el("td", label),
         el("td", f"{size:,} B"),
         el("td", el("code", *cell)),
@@ -308,6 +323,11 @@ _DOWNLOAD_LINKS = (("cassette", "cassette (JSONL)"), ("har", "HAR"), ("svg", "ti
 # "since prev": the time since the previous stored event, keep-alives included; "gap" is the
 # figure of docs/FIGURES.md (between content events) and is shown only as that.
 _EVENT_COLUMNS = ("seq", "offset", "since prev", "type", "size", "data")
+
+
+def _columns(x: Exchange) -> tuple[str, ...]:
+    """The events table's columns: a session's messages also say who sent each."""
+    return (*_EVENT_COLUMNS[:3], "from", *_EVENT_COLUMNS[3:]) if is_session(x) else _EVENT_COLUMNS
 
 
 def _trio(a: int | None, b: int | None, c: int | None) -> str | None:
