@@ -2,10 +2,11 @@
 
 Every message is a JSON object, sent in a binary or a text frame, named by its one member
 (google-genai's ``LiveServerMessage`` and ``LiveClientMessage``). The client's first frame is
-``setup`` (its ``model``); ``clientContent`` and ``toolResponse`` ask for a turn, which the
-server streams as ``serverContent.modelTurn.parts[]`` and ends with ``turnComplete`` (or
-``interrupted``). ``usageMetadata`` is summed over the session. Errors arrive as close codes,
-read by the session analysis from how the session ended.
+``setup`` (its ``model``); ``clientContent`` and ``toolResponse`` (``client_content`` and
+``tool_response`` as google-genai sends them) ask for a turn, which the server streams as
+``serverContent.modelTurn.parts[]`` and ends with ``turnComplete`` (or ``interrupted``).
+``usageMetadata`` is summed over the session. Errors arrive as close codes, read by the
+session analysis from how the session ended.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from ssetape.analysis.session_rules import Payload, Session, SessionRules
 
 __all__ = ["RULES"]
 
-_ASKS = frozenset({"clientContent", "toolResponse"})
+# google-genai names its client messages by their proto field names (``client_content``,
+# ``tool_response``), which the API takes as it takes the JSON names.
+_ASKS = frozenset({"clientContent", "toolResponse", "client_content", "tool_response"})
 # Server messages that say nothing the analysis keeps (usageMetadata may ride along any).
 _OTHER = frozenset(
     {

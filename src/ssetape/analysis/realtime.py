@@ -9,10 +9,15 @@ and timed, never decoded.
 
 Responses WebSocket mode (``/v1/responses``): every server message is a Responses SSE event,
 so each response is read by the HTTP Responses rules (:mod:`ssetape.analysis.rules.responses`)
-into a tally of its own, summed into the session's at its terminal.
+into a tally of its own, summed into the session's at its terminal. A ``response.create`` with
+a ``stream_id`` runs in that lane, whose events echo it, and lanes run at once: their events
+interleave on the socket. Each lane keeps its own response state (the frame that asked, the
+turn so far, its last content), so a response's text, TTFT and gaps are its own.
 """
 
 from __future__ import annotations
+
+import weakref
 
 from ssetape.analysis.rules import responses
 from ssetape.analysis.rules.payload import as_dict, as_str
@@ -124,23 +129,65 @@ RULES = SessionRules(
 )
 
 
+# A lane's response state, while another lane's is the session's: (asked, in_turn, last, turn).
+_LaneState = tuple[int | None, bool, int | None, Tally | None]
+
+
+class _Lanes:
+    """The lanes of one session: which one the session's response state is, and the others'."""
+
+    def __init__(self) -> None:
+        self.current: str | None = None
+        self.parked: dict[str | None, _LaneState] = {}
+
+
+# Only sessions that named a lane get an entry; it goes with its session.
+_LANES: weakref.WeakKeyDictionary[Session, _Lanes] = weakref.WeakKeyDictionary()
+
+
+def _enter_lane(s: Session, obj: Payload) -> None:
+    """Make the lane of message ``obj`` (its ``stream_id``; none: the default lane) the one
+    the session's response state is."""
+    lane = obj.get("stream_id")
+    key = lane if isinstance(lane, str) else None
+    lanes = _LANES.get(s)
+    if lanes is None:
+        if key is None:
+            return  # no lane named yet: the session's state is the default lane's
+        lanes = _LANES[s] = _Lanes()
+    if key == lanes.current:
+        return
+    lanes.parked[lanes.current] = (s.asked, s.in_turn, s.last, s.turn)
+    s.asked, s.in_turn, s.last, s.turn = lanes.parked.pop(key, (None, False, None, None))
+    lanes.current = key
+
+
 def _responses_client(s: Session, kind: str, obj: Payload) -> None:
     if kind in _ASKS:
+        _enter_lane(s, obj)
         s.ask()
         if s.model_asked is None:
             s.model_asked = as_str(obj.get("model")) or None
 
 
 def _responses_server(s: Session, kind: str, obj: Payload) -> None:
+    _enter_lane(s, obj)
     turn = s.turn
     if turn is None:
         s.turn = turn = Tally(responses.RULES.name, s.tally.profile)
         s.begin_turn()
     if responses.RULES.event(turn, s.seq, kind, obj):
         s.content()
+    t = s.tally
+    t.set_model(turn.model)  # response.created names it: a session cut mid-response has it
+    if s not in _LANES:
+        # One lane: the text joins the transcript as it streams (a cut keeps what came).
+        # With lanes, each response's text joins whole at its terminal, or they interleave.
+        t.text += turn.text
+        t.reasoning += turn.reasoning
+        turn.text.clear()
+        turn.reasoning.clear()
     if turn.closed:  # its terminal: its knowledge joins the session's
-        t = s.tally
-        t.set_model(turn.model)
         t.text += turn.text
         t.reasoning += turn.reasoning
         for f in turn.findings:
