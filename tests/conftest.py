@@ -36,6 +36,21 @@ SIM_SPEED = 2.0
 LISTEN = re.compile(rb"listening on http://([\d.]+):(\d+)")
 
 
+# CI runs the suite once per Python; the heaviest end-to-end tests (marked ``once``: attacks,
+# drains, SDK sessions, whole-proxy benches of a bound) run in one of those stages only, so
+# the whole run stays under its time budget. Locally everything runs.
+ONCE_ELSEWHERE = "SSETAPE_TEST_ONCE_ELSEWHERE"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get(ONCE_ELSEWHERE):
+        return
+    skip = pytest.mark.skip(reason=f"runs in another CI stage ({ONCE_ELSEWHERE} is set)")
+    for item in items:
+        if item.get_closest_marker("once") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def sim() -> Iterator[Simulator]:
     with Simulator(speed=SIM_SPEED).serve_in_thread() as s:

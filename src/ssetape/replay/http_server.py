@@ -24,6 +24,7 @@ from ssetape.replay.admission import Admission, on_this_machine
 from ssetape.replay.responder import Responder, TlsFor, error_response
 from ssetape.replay.response_parts import Body, Head, Part
 from ssetape.replay.stamped_reader import StampedReader, arrival
+from ssetape.replay.ws_session import WsUpgrade
 
 __all__ = [
     "BadRequest",
@@ -127,8 +128,13 @@ class HttpServer:
                     await writer.drain()
                     break
                 at = max(arrival(reader), answered)
+                # A WebSocket upgrade: the player may take the connection over for a session.
+                out.upgrade = upgrade = WsUpgrade.of(head, request_line, headers, reader, writer)
                 keep = await self.respond(out, request_line, headers, body, at)
                 answered = time.monotonic()
+                if upgrade is not None:  # a session ran, or the upgrade was answered otherwise
+                    await writer.drain()
+                    break
                 if not keep or headers.get(b"connection", b"").lower() == b"close":
                     await writer.drain()
                     break
@@ -205,12 +211,14 @@ class Http1Writer:
     """A response's parts framed as HTTP/1.1 on one connection: the status line and header
     lines, then the body as it is (its size is among the fields) or chunked."""
 
-    __slots__ = ("_chunked", "transport", "writer")
+    __slots__ = ("_chunked", "transport", "upgrade", "writer")
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.transport = writer.transport
         self._chunked = False  # of the response being framed (its head says)
+        # The request being answered asks for a WebSocket session: its connection.
+        self.upgrade: WsUpgrade | None = None
 
     def frame(self, parts: Sequence[Part]) -> bytes:
         if len(parts) == 1 and type(part := parts[0]) is Body and self._chunked:

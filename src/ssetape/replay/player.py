@@ -20,8 +20,12 @@ from typing import Any, TypeVar
 
 from ssetape.replay.faults import Fault, Faults, plan
 from ssetape.replay.playback import Playback, Row, Source, timed_pieces
+from ssetape.replay.request_index import Hit
 from ssetape.replay.responder import ResponseWriter, error_response
 from ssetape.replay.response_parts import END, Part
+from ssetape.replay.ws_miss import FrameRules
+from ssetape.replay.ws_player import WsPlayer
+from ssetape.replay.ws_session import WsUpgrade
 from ssetape.storage.store import Store
 from ssetape.storage.tape_reads import TapeReads
 from ssetape.vocabulary import Header
@@ -81,6 +85,7 @@ class Player:
         self._cache_bytes = cache_bytes
         self.held = 0  # bytes the cached playbacks hold
         self._lock = threading.Lock()  # loads run in executor threads
+        self.sessions = WsPlayer(store)  # WebSocket sessions, for upgrade requests
 
     def preload(self, ids: Sequence[int]) -> None:
         """Load recordings (``ids`` oldest first) newest first, until the cache is full by
@@ -99,6 +104,7 @@ class Player:
         with self._lock:
             for xid, playback in reversed(loaded):  # oldest first: the newest go out last
                 self._keep((xid, self.allow_gaps), playback)
+        self.sessions.preload(ids)
 
     def load(self, exchange_id: int, allow_gaps: bool | None = None) -> Playback:
         """The recording, ready to play (LookupError if it has no response); blocks on the
@@ -150,8 +156,24 @@ class Player:
         speed: float,
         allow_gaps: bool | None = None,
     ) -> bool:
-        """Play exchange ``xid`` (an error answer if it cannot be read); False to close."""
+        """Play exchange ``xid`` (an error answer if it cannot be read); False to close.
+
+        A WebSocket upgrade (the writer carries its connection) that matched a recorded
+        session gets the session; ``xid``'s rules (a lookup's :class:`Hit`) say how its
+        client frames are matched."""
         loop = asyncio.get_running_loop()
+        upgrade = getattr(out, "upgrade", None)
+        if isinstance(upgrade, WsUpgrade):
+            rules = xid.rules if isinstance(xid, Hit) else FrameRules()
+            try:
+                played = await self.sessions.play(upgrade, xid, t0, speed, rules)
+            except Exception as e:  # the store failed: say so, keep serving
+                log.exception("ssetape replay: cannot play a WebSocket session")
+                if not upgrade.taken:  # still HTTP: answer as HTTP
+                    error_response(out, 503, f"ssetape: cannot read the recording: {e}")
+                return False
+            if played is not None:
+                return played
         gaps = self.allow_gaps if allow_gaps is None else allow_gaps
         try:
             # A cached recording needs no thread hop (a plain dict read is atomic).

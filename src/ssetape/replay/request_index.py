@@ -24,11 +24,12 @@ from typing import Any, cast
 from ssetape.matching import Difference, canonical_request, differences, fingerprint, leaves
 from ssetape.redactor import Redactor, unmask
 from ssetape.replay.miss import CLI_ADVICE, Advice, Candidate, Miss, MissKind, Unreplayable
+from ssetape.replay.ws_miss import FrameRules, store_name
 from ssetape.storage.store import Store
 from ssetape.storage.tape_reads import TapeEntry, TapeReads
 from ssetape.vocabulary import MAX_BODY, TRANSPORT_ERRORS, ExchangeState
 
-__all__ = ["Miss", "RequestIndex", "store_name"]
+__all__ = ["Hit", "Miss", "RequestIndex", "store_name"]
 
 REPLAYABLE_STATES = (
     ExchangeState.COMPLETED,
@@ -43,9 +44,20 @@ _ID_SPAN = 1 << 48  # more than any exchange id: a distance weighs more than any
 _DEFAULT_PORT = {"http": 80, "https": 443}
 
 
-def store_name(xid: int) -> str:
-    """How a recording is named on a store: by its exchange id."""
-    return f"#{xid}"
+class Hit(int):
+    """The exchange id a lookup found (an int, as lookups always answered), with the rules
+    it was matched by: a WebSocket session's replay matches its client frames by them too
+    (``--ignore-field``), and tells their misses in the index's words."""
+
+    rules: FrameRules
+
+    def __new__(cls, xid: int, rules: FrameRules) -> Hit:
+        hit = super().__new__(cls, xid)
+        hit.rules = rules
+        return hit
+
+    def __reduce__(self) -> tuple[type[int], tuple[int]]:
+        return int, (int(self),)  # copied or pickled, it is the id it stands for
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +118,9 @@ class RequestIndex:
         self.keep_misses = keep_misses
         self.rerecord_cut = rerecord_cut
         self.misses: list[Miss] = []
+        self.frame_rules = FrameRules(
+            self.ignore, name, advice, self.misses if keep_misses else None
+        )
 
     def _canonical(
         self, method: str, host: str, path: str, query: str, body: bytes | None
@@ -267,7 +282,7 @@ class RequestIndex:
         n = self._served.get(fp, 0)
         if n < len(ids) or self.repeat:
             self._served[fp] = n + 1
-            return ids[min(n, len(ids) - 1)]
+            return Hit(ids[min(n, len(ids) - 1)], self.frame_rules)
         return Miss(MissKind.EXHAUSTED, what, self.advice, count=len(ids))
 
     def _miss(

@@ -88,7 +88,6 @@ def test_a_realtime_session_is_recorded_into_the_cassette(
 
 
 @pytest.mark.timeout(600)  # a recording, then a replay
-@pytest.mark.xfail(reason="websocket replay lands separately", strict=False)
 def test_a_recorded_session_replays_offline(pytester: pytest.Pytester, args: list[str]) -> None:
     recorded = record(pytester, args)
     out = pytester.path / "got.jsonl"

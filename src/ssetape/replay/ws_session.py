@@ -1,0 +1,261 @@
+"""Plays a recorded WebSocket session to a client that opens it: the 101 for its key, the
+recorded server frames on their timers, each from the client frame it answers, and the
+recorded end (:mod:`ssetape.replay.ws_recording` says what is due when).
+
+The HTTP/1.1 server sees an upgrade request and hands its connection over
+(:class:`WsUpgrade`, on the response writer); the player, which knows the recording, runs a
+:class:`WsSession` on it. Every write is a timer callback at its absolute deadline, framed
+ahead, as the HTTP player's; the client's frames are read as they come and matched in order
+(per ``stream_id``). A client frame that differs is a miss: told on the log as an HTTP miss is,
+and answered at once (:mod:`ssetape.replay.ws_miss`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from ssetape.framing.websocket import TEXT, Closed, HandshakeRefused, Received, WebSocket, frame
+from ssetape.replay.stamped_reader import arrival
+from ssetape.replay.ws_miss import POLICY, FrameRules, error_event, frame_miss
+from ssetape.replay.ws_recording import UPGRADE, Ending, ServerFrame, WsRecording, canonical_frame
+
+__all__ = ["CLOSE_WAIT", "WsSession", "WsUpgrade"]
+
+log = logging.getLogger("ssetape.replay")
+
+CLOSE_WAIT = 2.0  # seconds a close waits for the client's before the connection is closed
+_READ = 1 << 16
+
+
+@dataclass(slots=True)
+class WsUpgrade:
+    """An upgrade request's connection, for whoever plays a session on it: the request's
+    head as it came (the handshake reads the client's key and offers from it)."""
+
+    head: bytes
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    request: str  # "GET host/path", as a miss names it
+    taken: bool = False  # a session ran on it: the connection is no longer HTTP
+
+    @classmethod
+    def of(
+        cls,
+        head: bytes,
+        request_line: list[bytes],
+        headers: dict[bytes, bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> WsUpgrade | None:
+        """The upgrade a request asks for, or None (not a WebSocket upgrade)."""
+        if request_line[0] != b"GET" or len(request_line) < 2:
+            return None
+        if b"websocket" not in headers.get(b"upgrade", b"").lower():
+            return None
+        target = request_line[1].decode("latin-1").partition("?")[0]
+        if "://" in target:  # forward mode: absolute-form, or a tunnel's
+            where = target.split("://", 1)[1]
+        else:
+            where = headers.get(b"host", b"").decode("latin-1") + target
+        return cls(head, reader, writer, f"GET {where}")
+
+
+class WsSession:
+    """One replay of ``recording`` on ``upgrade``'s connection; offset zero ``t0`` (a
+    ``time.monotonic()`` value: when the upgrade request was in)."""
+
+    def __init__(
+        self,
+        recording: WsRecording,
+        upgrade: WsUpgrade,
+        *,
+        t0: float,
+        speed: float,
+        rules: FrameRules,
+    ) -> None:
+        self.rec = recording
+        self.up = upgrade
+        self.transport = upgrade.writer.transport
+        self.speed = speed
+        self.rules = rules
+        self.request = upgrade.request  # "GET host/path", as a miss names it
+        self.loop = asyncio.get_running_loop()
+        self.base = self.loop.time() - (time.monotonic() - t0)  # t0 on the loop's clock
+        self.ws = WebSocket()
+        self.arrived: list[float | None] = [None] * len(recording.clients)
+        self.expect: dict[str | None, list[int]] = {}  # client frames by stream, in order
+        for c in recording.clients:
+            self.expect.setdefault(c.lane, []).append(c.index)
+        self.matched: dict[str | None, int] = {}  # how many of each stream came
+        self.queues: dict[str | None, list[ServerFrame]] = {}
+        for s in recording.servers:
+            self.queues.setdefault(s.lane, []).append(s)
+        self.sent: dict[str | None, int] = dict.fromkeys(self.queues, 0)
+        self.last_due: dict[str | None, float] = {}
+        self.timers: dict[str | None, asyncio.TimerHandle] = {}
+        self.ending: asyncio.TimerHandle | None = None
+        self.opened = self.base  # when the 101 went out
+        self.heard = 0  # client frames so far
+        self.misses = 0
+        self.silent = False  # the session is ending: no more frames go out, none are heard
+
+    async def run(self) -> None:
+        """Serve the session until it ends; the connection is closed after."""
+        self.up.taken = True
+        try:
+            self.ws.request(self.up.head)
+        except HandshakeRefused as e:
+            log.warning("ssetape: %s: not a WebSocket upgrade a server may accept: %s",
+                        self.request, e)  # fmt: skip
+            self.transport.write(e.answer)
+            self.transport.close()
+            return
+        accept = self.ws.accept(self.rec.subprotocol_for(self.ws.subprotocols), self.rec.headers)
+        opened = self.base + self._scaled(self.rec.ttfb_us)
+        if (delay := opened - self.loop.time()) > 0:
+            await asyncio.sleep(delay)
+        self.transport.write(accept)
+        # Nothing goes before the 101, whatever the recording says.
+        self.last_due = dict.fromkeys(self.queues, opened)
+        self.opened = opened
+        self._kick()
+        try:
+            await self._read()
+        finally:
+            self._stop()
+
+    async def _read(self) -> None:
+        """Until the connection ends (each way of ending a session closes it)."""
+        reader = self.up.reader
+        while True:
+            try:
+                data: bytes | None = await reader.read(_READ)
+            except (ConnectionError, OSError):
+                data = b""
+            at = self.loop.time() - (time.monotonic() - arrival(reader))
+            got, back = self.ws.receive(data or None)
+            if back and not self.transport.is_closing():
+                self.transport.write(back)
+            for event in got:
+                if isinstance(event, Received):
+                    self._heard(event, at)
+                elif isinstance(event, Closed):  # answered (in `back`), or the client left
+                    self._stop()
+                    self.transport.close()
+            if not data:
+                break
+
+    def _heard(self, message: Received, at: float) -> None:
+        """A client frame: the next one recorded in its stream, or a miss."""
+        if self.silent:
+            return
+        self.heard += 1
+        got = canonical_frame(message.binary, message.payload, self.rec.ignore)
+        body = got["message"]
+        lane = body.get("stream_id") if isinstance(body, dict) else None
+        lane = lane if isinstance(lane, str) else None
+        order = self.expect.get(lane, [])
+        n = self.matched.get(lane, 0)
+        expected = self.rec.clients[order[n]] if n < len(order) else None
+        if expected is not None and expected.canonical == got:
+            self.matched[lane] = n + 1
+            self.arrived[expected.index] = at
+            self._kick()
+            return
+        self.misses += 1
+        miss = frame_miss(self.rules, self.request, self.heard, self.rec.id, expected, got)
+        log.warning("ssetape: %s", miss.message)
+        if self.rec.error_events:  # the session goes on: the client may send the next
+            self.transport.write(frame(TEXT, error_event(miss, self.misses, message.payload)))
+            return
+        self._close(POLICY, f"ssetape replay miss: {miss.message}")
+
+    # -- the server's side, on timers ------------------------------------------------
+
+    def _scaled(self, us: int) -> float:
+        return us / 1e6 / self.speed if self.speed > 0 else 0.0
+
+    def _due(self, f: ServerFrame) -> float | None:
+        """When ``f`` is due (None: the client frame it answers has not come)."""
+        at = self.base if f.anchor == UPGRADE else self.arrived[f.anchor]
+        if at is None:
+            return None
+        return max(at + self._scaled(f.delta_us), self.last_due[f.lane])
+
+    def _kick(self) -> None:
+        """Set the timer of every stream whose next frame's time is known."""
+        if self.silent:
+            return
+        pending = False
+        for lane, queue in self.queues.items():
+            i = self.sent[lane]
+            if i >= len(queue):
+                continue
+            pending = True
+            if lane in self.timers:
+                continue
+            due = self._due(queue[i])
+            if due is not None:
+                self.timers[lane] = self.loop.call_at(due, self._emit, lane, due)
+        if not pending and self.ending is None:
+            self._schedule_end()
+
+    def _emit(self, lane: str | None, due: float) -> None:
+        """Write the stream's frames due by ``due`` as one write, then set its next timer."""
+        del self.timers[lane]
+        if self.silent or self.transport.is_closing():
+            return
+        queue, i = self.queues[lane], self.sent[lane]
+        out: list[bytes] = []
+        while i < len(queue):
+            when = self._due(queue[i])
+            if when is None or when > due:
+                break
+            out.append(queue[i].framed)
+            i += 1
+        self.sent[lane] = i
+        self.last_due[lane] = due
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self._kick()
+
+    def _schedule_end(self) -> None:
+        end = self.rec.end
+        if end.kind is Ending.CLIENT:
+            return  # the recorded client closed: so will this one
+        at = self.base if end.anchor == UPGRADE else self.arrived[end.anchor]
+        if at is None:
+            return  # waits for the client frame it follows (_kick comes again then)
+        due = max(at + self._scaled(end.delta_us), self.opened, *self.last_due.values())
+        self.ending = self.loop.call_at(due, self._end)
+
+    def _end(self) -> None:
+        if self.silent:
+            return
+        end = self.rec.end
+        if end.kind is Ending.CUT:  # as recorded: the connection closes with no close frame
+            self._stop()
+            self.transport.close()
+            return
+        self._close(end.code, end.reason)
+
+    def _close(self, code: int, reason: str) -> None:
+        """Close with ``code``; the connection ends at the client's close, or after
+        CLOSE_WAIT."""
+        self._stop()
+        if not self.transport.is_closing():
+            self.transport.write(self.ws.close(code, reason))
+        # Reading goes on: the client's close answers ours, and then the connection closes.
+        self.loop.call_later(CLOSE_WAIT, self.transport.close)
+
+    def _stop(self) -> None:
+        """No more server frames."""
+        self.silent = True
+        for handle in self.timers.values():
+            handle.cancel()
+        self.timers.clear()
+        if self.ending is not None:
+            self.ending.cancel()
