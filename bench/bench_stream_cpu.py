@@ -1,8 +1,10 @@
-"""CPU per stream: the proxy process and the recording process of `ssetape record`, side by
-side, with plain mitmdump's proxy for the part that is mitmproxy's own (issue 40).
+"""CPU per event and per stream: the proxy process and the recording process of `ssetape
+record`, side by side, with plain mitmdump's proxy for the part that is mitmproxy's own
+(issues 40 and 43).
 
     python -m bench.bench_stream_cpu [--rounds 3] [--streams 200] [--events 80]
                                      [--clients 20] [--speed 2] [--db URL]
+                                     [--baseline SRC]
 
 Both proxies run in reverse mode in front of one simulator (`ssetape simulate`, a process
 of its own) that sends chat streams (``sim-chat``, usage included) of about ``--events``
@@ -11,14 +13,20 @@ API (with no delays, chunks would be read several at a time and cost less than t
 ``--clients`` clients stream one request after another until ``--streams`` streams are
 done. CPU time (user + system, /proc/PID/stat) of each process is read before and after;
 for ssetape the "after" waits until every exchange is stored and the recording process is
-idle. Rounds interleave the targets; the medians are reported. Sizing uses these figures
-per stream where events per second would hide the per-stream costs (connections, request
-parsing, the exchange's row, its analysis).
+idle. Rounds interleave the targets; the medians are reported, per event (the events the
+clients parsed) and per stream (what each stream costs once: its connection, the request's
+parsing, the exchange's row, its analysis, besides its events).
+
+``--baseline SRC`` adds a third target: `ssetape record` run from another copy of the
+package (``SRC`` on PYTHONPATH: a folder holding an ``ssetape`` package, e.g. the code
+before a change, with ``addons``, ``storage`` and ``migrations`` inside it as installed),
+so a change is measured against what it changes in one run, on the same load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -35,6 +43,7 @@ from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
 CHAT_OVERHEAD = 4  # events of a chat stream besides its tokens: role, finish, usage, [DONE]
+BASELINE = "ssetape record (baseline)"
 
 
 def chat(events: int, tag: str) -> bytes:
@@ -105,19 +114,33 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=20, help="streams at once")
     ap.add_argument("--speed", type=float, default=2.0, help="the simulator's speed")
     ap.add_argument("--db", help="ssetape's store (default: an SQLite file in a temp folder)")
+    ap.add_argument("--baseline", metavar="SRC", help="also `ssetape record` from SRC (see above)")
     args = ap.parse_args()
+    if args.baseline and args.db:
+        raise SystemExit("--baseline compares on SQLite stores of their own: drop --db")
     tmp = tempfile.mkdtemp(prefix="ssetape-bench-")
     db = args.db or f"{tmp}/stream-cpu.db"
-    sim_port, dump_port, rec_port = free_port(), free_port(), free_port()
+    sim_port, dump_port = free_port(), free_port()
     sim = f"http://127.0.0.1:{sim_port}"
     targets = {
         "mitmdump": [str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{sim}", "--listen-host",
                      "127.0.0.1", "--listen-port", str(dump_port), "--set",
                      "stream_large_bodies=1", "--set", f"confdir={tmp}/conf"],
-        "ssetape record": [str(BIN / "ssetape"), "record", "--mode", f"reverse:{sim}", "--port",
-                           str(rec_port), "--db", db, "--confdir", f"{tmp}/conf"],
     }  # fmt: skip
-    ports = {"mitmdump": dump_port, "ssetape record": rec_port}
+    ports = {"mitmdump": dump_port}
+    stores: dict[str, str] = {}
+    recorders: list[tuple[str, str | None]] = [("ssetape record", None)]
+    if args.baseline:
+        recorders.insert(0, (BASELINE, os.path.abspath(args.baseline)))
+    for name, src in recorders:
+        ports[name] = port = free_port()
+        # Each its own store, of the same size at every round.
+        stores[name] = store = db if src is None else f"{tmp}/baseline.db"
+        # `env` execs ssetape in its own process: the pid read is the proxy's.
+        env: list[str] = ["env", f"PYTHONPATH={src}"] if src is not None else []
+        targets[name] = [*env, str(BIN / "ssetape"), "record", "--mode", f"reverse:{sim}",
+                         "--port", str(port), "--db", store,
+                         "--confdir", f"{tmp}/conf"]  # fmt: skip
     cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
     sizes: list[float] = []
     stored = 0
@@ -133,35 +156,44 @@ def main() -> None:
         for r in range(args.rounds):
             for name, pid in pids.items():
                 base = f"http://127.0.0.1:{ports[name]}"
-                if name == "ssetape record":
-                    settled(pid, db, stored)
+                if name in stores:
+                    settled(pid, stores[name], stored)
                 before = cpu_seconds(pid)
                 counts = streams(base, args.streams, args.clients, args.events, f"{r}")
-                if name == "ssetape record":
-                    stored += args.streams
-                    settled(pid, db, stored)
+                if name in stores:
+                    settled(pid, stores[name], stored + args.streams)
                 after = cpu_seconds(pid)
                 proxy, rec = (a - b for a, b in zip(after, before, strict=True))
-                cpu[name].append((proxy / args.streams, rec / args.streams))
+                # Per event: of the events the clients got in this round.
+                events = args.streams * statistics.mean(counts)
+                cpu[name].append((proxy / events, rec / events))
                 sizes.append(statistics.mean(counts))
-                print(f"  {name}: {proxy / args.streams * 1e3:.1f} ms + "
-                      f"{rec / args.streams * 1e3:.1f} ms per stream", file=sys.stderr)  # fmt: skip
+                print(f"  {name}: {proxy / events * 1e6:.1f} µs + "
+                      f"{rec / events * 1e6:.1f} µs per event", file=sys.stderr)  # fmt: skip
+            stored += args.streams
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    report(cpu, statistics.mean(sizes), args, "PostgreSQL" if "://" in db else "SQLite")
 
-    events = statistics.mean(sizes)
-    store = "PostgreSQL" if "://" in db else "SQLite"
+
+def report(
+    cpu: dict[str, list[tuple[float, float]]], events: float, args: argparse.Namespace, store: str
+) -> None:
+    """The table: per event, then per stream (the same medians times the events of one)."""
     print(f"\n{args.rounds} rounds x {args.streams} chat streams of {events:.0f} events, "
-          f"{args.clients} at once, simulator speed {args.speed:g}; store {store}; CPU time "
-          "per stream, median of rounds\n")  # fmt: skip
-    print("| target | proxy process | recording process | both | proxy's share "
-          "| per event, both |")  # fmt: skip
+          f"{args.clients} at once, simulator speed {args.speed:g}; store {store}; CPU time, "
+          "median of rounds\n")  # fmt: skip
+    print("| target | proxy process per event | recording process per event | both per event "
+          "| proxy over mitmdump per event | both per stream |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|")
+    alone = statistics.median(p for p, _ in cpu["mitmdump"])
     for name, rounds in cpu.items():
         proxy = statistics.median(p for p, _ in rounds)
         rec = statistics.median(r for _, r in rounds)
         both = proxy + rec
-        print(f"| {name} | {proxy * 1e3:.1f} ms | {rec * 1e3:.1f} ms | {both * 1e3:.1f} ms "
-              f"| {proxy / both:.0%} | {both / events * 1e6:.0f} µs |")  # fmt: skip
+        recording = f"{rec * 1e6:.1f} µs" if name != "mitmdump" else "-"
+        over = f"{(proxy - alone) * 1e6:+.1f} µs" if name != "mitmdump" else "-"
+        print(f"| {name} | {proxy * 1e6:.1f} µs | {recording} | {both * 1e6:.1f} µs | {over} "
+              f"| {both * events * 1e3:.1f} ms |")  # fmt: skip
 
 
 if __name__ == "__main__":

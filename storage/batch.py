@@ -11,14 +11,34 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 
 from ssetape.storage.models import Base, Event, Exchange, no_nul
 
 EXCHANGES = cast(Table, Exchange.__table__)
 EVENTS = cast(Table, Event.__table__)
-_INSERT_EXCHANGE = insert(EXCHANGES).returning(EXCHANGES.c.id)
+# The new exchanges of a batch in one statement (SQLAlchemy's "insertmanyvalues"): each id
+# comes back with its uid, in whatever order.
+_INSERT_EXCHANGES = insert(EXCHANGES).returning(EXCHANGES.c.uid, EXCHANGES.c.id)
+# Built once: SQLAlchemy caches a statement's compiled form, but a statement built per call
+# (``update().where(id == 7).values({...})``) first walks its literal values for a cache key,
+# which cost more than SQLite's work for the row. Bound values come at execution, and the
+# updates of one batch with the same columns go in one executemany.
+_FIND = select(EXCHANGES.c.uid, EXCHANGES.c.id).where(
+    EXCHANGES.c.uid.in_(bindparam("uids_", expanding=True))
+)
+_UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
+_ADD, _RECOUNT = "n_", "recount"  # with the events added, or recounted from the rows
+_UPDATES = {
+    "": _UPDATE,
+    _ADD: _UPDATE.values(event_count=EXCHANGES.c.event_count + bindparam(_ADD)),
+    _RECOUNT: _UPDATE.values(
+        event_count=select(func.count())
+        .where(EVENTS.c.exchange_id == bindparam("xid_"))
+        .scalar_subquery()
+    ),
+}
 _COLUMNS = frozenset(EXCHANGES.c.keys()) - {"id", "uid", "event_count"}
 
 # Operation kinds; an op is (kind, uid, payload). Plain tuples: the recording process queues
@@ -168,15 +188,23 @@ class Batch:
                 set(self.begins) | {uid for _, uid in self.row_ops} | set(updates)
             ) - known.keys()
             if missing:
-                found = select(EXCHANGES.c.uid, EXCHANGES.c.id)
-                found = found.where(EXCHANGES.c.uid.in_(missing))
-                ids.update({u: i for u, i in conn.execute(found)})
+                ids.update({u: i for u, i in conn.execute(_FIND, {"uids_": list(missing)})})
+            # Runs of new exchanges with the same columns, in the order they began (so are
+            # their ids): one statement each.
+            inserts: list[tuple[list[str], list[dict[str, Any]]]] = []
             for uid, values in self.begins.items():
                 if uid in ids:
                     updates.setdefault(uid, {}).update(values)
+                    continue
+                values = {**values, "uid": uid, "event_count": counts.pop(uid, 0)}
+                columns = sorted(values)
+                if inserts and inserts[-1][0] == columns:
+                    inserts[-1][1].append(values)
                 else:
-                    values = {**values, "uid": uid, "event_count": counts.pop(uid, 0)}
-                    ids[uid] = conn.execute(_INSERT_EXCHANGE, values).scalar_one()
+                    inserts.append((columns, [values]))
+            for _, rows in inserts:
+                for uid, xid in conn.execute(_INSERT_EXCHANGES, rows):
+                    ids[uid] = xid
                     self.new += 1
             for (kind, uid), payload in self.row_ops.items():
                 xid = known.get(uid) or ids.get(uid)
@@ -190,21 +218,28 @@ class Batch:
             if careful:  # event_count is recounted from the rows: they go first
                 self._insert(conn, sql, careful)
             increments: list[tuple[int, int]] = []  # (events added, exchange id)
+            # Per statement (_UPDATES) and set of columns: the parameters of each exchange.
+            grouped: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
             for uid in updates.keys() | counts.keys():
                 xid = known.get(uid) or ids.get(uid)
                 if xid is None:
                     continue  # its begin never made it: nothing to update
                 values = updates.get(uid, {})
+                added = counts.get(uid, 0)
                 if careful:
-                    count = select(func.count()).where(EVENTS.c.exchange_id == xid)
-                    values = {**values, "event_count": count.scalar_subquery()}
-                elif counts.get(uid):
+                    how, params = _RECOUNT, {**values, "xid_": xid}
+                elif added:
                     if not values:  # the common case: all of them in one executemany
-                        increments.append((counts[uid], xid))
+                        increments.append((added, xid))
                         continue
-                    values = {**values, "event_count": EXCHANGES.c.event_count + counts[uid]}
-                if values:
-                    conn.execute(update(EXCHANGES).where(EXCHANGES.c.id == xid).values(values))
+                    how, params = _ADD, {**values, "xid_": xid, _ADD: added}
+                elif values:
+                    how, params = "", {**values, "xid_": xid}
+                else:
+                    continue
+                grouped.setdefault((how, tuple(sorted(values))), []).append(params)
+            for (how, _), params_list in grouped.items():
+                conn.execute(_UPDATES[how], params_list)
             if increments:
                 conn.exec_driver_sql(sql.count, increments)
             if not careful:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy import BindParameter, Connection, Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from ssetape.storage.models import Event, Exchange, Finding
@@ -23,6 +23,12 @@ __all__ = ["KnowledgeRows", "KnowledgeTx", "Place"]
 EXCHANGES = cast(Table, Exchange.__table__)
 _UPDATE = update(EXCHANGES).where(EXCHANGES.c.id == bindparam("xid_"))
 _PLACE = (EXCHANGES.c.id, EXCHANGES.c.scheme, EXCHANGES.c.host, EXCHANGES.c.port)
+# Built once (the recording process saves analyses after most of its commits): a statement
+# built per call walks its values for SQLAlchemy's cache key first, an IN list's too.
+_IDS: BindParameter[list[int]] = bindparam("ids_", expanding=True)
+_PLACES = select(*_PLACE, EXCHANGES.c.started_at).where(EXCHANGES.c.id.in_(_IDS))
+_DELETE_FINDINGS = delete(Finding).where(Finding.exchange_id.in_(_IDS))
+_INSERT_FINDINGS = insert(Finding)
 _IN = 500  # ids in one statement: SQLite caps the variables of a statement
 _PAGE = 2000  # events a read of a long stream holds at once
 
@@ -101,12 +107,9 @@ class KnowledgeTx:
         """Where and when each exchange was sent (one deleted meanwhile is absent)."""
         out: dict[int, Place] = {}
         for start in range(0, len(ids), _IN):
-            stmt = select(*_PLACE, EXCHANGES.c.started_at).where(
-                EXCHANGES.c.id.in_(ids[start : start + _IN])
-            )
             out.update(
                 (r.id, Place(r.scheme, r.host, r.port, r.started_at))
-                for r in self._conn.execute(stmt)
+                for r in self._conn.execute(_PLACES, {"ids_": ids[start : start + _IN]})
             )
         return out
 
@@ -118,10 +121,9 @@ class KnowledgeTx:
         self._conn.execute(_UPDATE, columns)
         ids = [c["xid_"] for c in columns]
         for start in range(0, len(ids), _IN):
-            stmt = delete(Finding).where(Finding.exchange_id.in_(ids[start : start + _IN]))
-            self._conn.execute(stmt)
+            self._conn.execute(_DELETE_FINDINGS, {"ids_": ids[start : start + _IN]})
         if findings:
-            self._conn.execute(insert(Finding), findings)
+            self._conn.execute(_INSERT_FINDINGS, findings)
 
     def savepoint(self) -> AbstractContextManager[Any]:
         """A nested transaction: what fails inside it is undone alone."""

@@ -114,6 +114,7 @@ class Runs:
         self.store = store
         self.hostname = hostname or socket.gethostname()
         self._engine = store.writing_engine  # read-then-write transactions
+        self._upserts: dict[tuple[str, ...], Any] = {}  # by the columns a conflict changes
 
     def save(
         self,
@@ -146,7 +147,7 @@ class Runs:
         if self.store.path is not None:
             check_writable(self.store.path)
         with self._engine.begin() as conn:
-            conn.execute(self._upsert(values, changed))
+            conn.execute(self._upsert(tuple(changed)), values)
 
     def count_stored(
         self, conn: Connection, recorder: str, started_at: dt.datetime, *, exchanges: int,
@@ -158,16 +159,25 @@ class Runs:
         values = {"recorder": recorder, "started_at": started_at,
                   "updated_at": dt.datetime.now(dt.UTC),
                   "exchanges_recorded": exchanges, "events_recorded": events}  # fmt: skip
-        conn.execute(self._upsert(values, {k: values[k] for k in _STORED}))
+        conn.execute(self._upsert(_STORED), values)
 
-    def _upsert(self, values: dict[str, Any], changed: dict[str, Any]) -> Any:
+    def _upsert(self, changed: tuple[str, ...]) -> Any:
+        """The upsert that sets ``changed`` on a conflict to the values it was given. Built
+        once: the writer counts each of its commits with it, and a statement built per call
+        (its values inline) cost more than the rest of the commit's statements."""
+        stmt = self._upserts.get(changed)
+        if stmt is not None:
+            return stmt
         # Imported here: only recorders save a run, and PostgreSQL's dialect (all its drivers'
         # modules) is 40 ms of the start of every command that opens an SQLite store.
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-        insert = sqlite_insert if self.store.is_sqlite else pg_insert
-        stmt = insert(_RUNS).values(values)
-        return stmt.on_conflict_do_update(index_elements=[_RUNS.c.recorder], set_=changed)
+        insert = (sqlite_insert if self.store.is_sqlite else pg_insert)(_RUNS)
+        stmt = insert.on_conflict_do_update(
+            index_elements=[_RUNS.c.recorder], set_={k: insert.excluded[k] for k in changed}
+        )
+        self._upserts[changed] = stmt
+        return stmt
 
     def get(self, recorder: str) -> RecorderRun | None:
         with self.store.Session() as s:

@@ -35,7 +35,7 @@ class NdjsonParser:
     def feed(self, chunk: bytes) -> list[Frame]:
         if self._closed:
             raise ValueError("NdjsonParser.feed() called after close()")
-        if b"\n" not in chunk:  # only the new bytes are searched: a long line costs O(n)
+        if chunk.find(b"\n") < 0:  # only the new bytes are searched: a long line costs O(n)
             self._buf += chunk
             return []
         data = bytes(self._buf) + chunk if self._buf else chunk

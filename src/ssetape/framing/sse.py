@@ -159,12 +159,14 @@ class SseParser:
         if not chunk:
             return []
         if type(chunk) is not bytes:
-            # Tolerate bytearray/memoryview: raw must be immutable bytes, and `in` below needs
-            # bytes semantics (a memoryview compares items as ints).
+            # Tolerate bytearray/memoryview: raw must be immutable bytes, and the searches
+            # below need bytes semantics (a memoryview has no find()).
             chunk = bytes(chunk)
         buf = self._buf
         if buf:
-            if buf[-1] != _CR and b"\n" not in chunk and b"\r" not in chunk:
+            # find(), not ``in``: on bytes, ``in`` first tries its operand as an int (and
+            # makes, then drops, the TypeError), which costs more than the search.
+            if buf[-1] != _CR and chunk.find(b"\n") < 0 and chunk.find(b"\r") < 0:
                 # Without a line end this chunk cannot complete a block (unless a trailing CR
                 # was waiting for it), and the search position stays valid.
                 buf += chunk
@@ -174,6 +176,18 @@ class SseParser:
             if pos:
                 del buf[:pos]
         else:
+            end = len(chunk) - 2
+            if (
+                end > 0
+                and chunk.find(b"\n\n") == end
+                and chunk[0] != _LF
+                and chunk.find(b"\r") < 0
+                and not (self._first and chunk.startswith(_BOM))
+            ):
+                # The usual chunk of an API's stream: exactly one event, its one blank line
+                # last, no CR anywhere; what _split would make of it, without its scans.
+                self._first = False
+                return [_parse(chunk, chunk[:end].decode("utf-8", "replace"), complete=True)]
             # Fast path for the usual case of whole events per chunk: work on the chunk itself,
             # which lets a block spanning the entire chunk reuse it as ``raw`` without copying.
             events, pos, scan = self._split(chunk, 0, final=False)

@@ -84,8 +84,12 @@ class Capture:
             if self._wire:
                 self._sink.add_chunks(self.uid, [(self._chunk_seq, offset, data)])
                 self._chunk_seq += 1
-            if self.parsing:
-                self._feed(data, offset)
+            if not self.parsing:
+                return
+            if self._decoder is None:
+                self._parse(data, offset)
+            else:
+                self._decode(data, offset)
         except Exception as e:
             self.fail(f"{type(e).__name__}: {e}")
 
@@ -114,10 +118,8 @@ class Capture:
         if self.gap_seq is None:
             self.gap_seq = seq
 
-    def _feed(self, data: bytes, offset: int) -> None:
-        if self._decoder is None:
-            self._parse(data, offset)
-            return
+    def _decode(self, data: bytes, offset: int) -> None:
+        assert self._decoder is not None
         for piece in self._decoder.feed(data):
             self._decoded += len(piece)
             if self._decoded > self._max_decoded:
@@ -135,18 +137,22 @@ class Capture:
             data = self._resync(data)
             if not data:
                 return
-        if self._parser is None:
+        parser = self._parser
+        if parser is None:
             self._emit_raw(data, offset)
             return
-        pending = self._parser.pending
-        events = self._parser.feed(data)
-        # Only then can an event be over the bound (or one the parser passed over be here).
-        if pending + len(data) > self._max_event or self._parser.skipped:
-            self._parser.skipped = 0
+        # Only then can an event be over the bound, or the one still arriving grow past it:
+        # what the parser holds after this chunk is at most what it held and the chunk.
+        near = parser.pending + len(data) > self._max_event
+        events = parser.feed(data)
+        if near or parser.skipped:  # (or one the parser passed over be here)
+            parser.skipped = 0
             events = self._within_bound(events, offset)
-        self._emit(events, offset)
-        self._drain(self._parser)
-        if self._parser.pending > self._max_event:
+        if events:
+            self._emit(events, offset)
+        if parser.problems:
+            self._drain(parser)
+        if near and parser.pending > self._max_event:
             self._oversized()
 
     def _drain(self, parser: FrameParser) -> None:
@@ -212,7 +218,13 @@ class Capture:
         if not events:
             return
         seq = self._seq
-        rows = [(seq + i, offset, ev.type, ev.data, ev.id, ev.raw) for i, ev in enumerate(events)]
+        if len(events) == 1:  # one event per chunk: how an API's tokens arrive
+            ev = events[0]
+            rows = [(seq, offset, ev.type, ev.data, ev.id, ev.raw)]
+        else:
+            rows = [
+                (seq + i, offset, ev.type, ev.data, ev.id, ev.raw) for i, ev in enumerate(events)
+            ]
         self._seq = seq + len(rows)
         self._sink.add_events(self.uid, rows)
 

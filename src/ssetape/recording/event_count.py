@@ -20,8 +20,11 @@ __all__ = ["EventCount"]
 
 _SSE, _OTHER, _ENCODED, _NDJSON, _FRAMES = range(5)
 _KINDS = {Framing.SSE: _SSE, Framing.NDJSON: _NDJSON, Framing.EVENTSTREAM: _FRAMES}
-_ENDS = (b"\r\n\r\n", b"\n\n", b"\r\r")  # as capture splits events
+_CRLF2, _LF2, _CR2 = _ENDS = (b"\r\n\r\n", b"\n\n", b"\r\r")  # as capture splits events
 _START = b"\r\n"
+_CR, _LF = b"\r", ord("\n")
+_RUNS = {sep: sep + sep[: len(sep) // 2] for sep in _ENDS}  # three line ends in a row
+_LF3 = _RUNS[_LF2]
 
 
 class EventCount:
@@ -43,26 +46,39 @@ class EventCount:
 
     def chunk(self, uid: str, data: bytes) -> int:
         kind = self._kinds.get(uid, _SSE)
+        if kind != _SSE:
+            return self._other(kind, uid, data)
+        if not data:
+            return 0
+        # The stream's start counts as a line end: an empty line there is an event of its own.
+        tails = self._tails
+        tail = tails.get(uid, _START)
+        tails[uid] = data[-3:] if len(data) >= 3 else (tail + data)[-3:]
+        if data.find(_CR) < 0 and tail.find(_CR) < 0:
+            # The usual stream, without CR: its line ends are LF alone, and so is the style.
+            n = data.count(_LF2)
+            if n and data.find(_LF3) >= 0:
+                n = _overlapping(data, _LF2)
+            return n + 1 if tail[-1] == _LF and data[0] == _LF else n
+        sep = _style(tail + data[:3]) or _style(data)
+        if sep is None:
+            return 0
+        # Blank lines inside this chunk, plus those that start in the last chunk's tail.
+        n = _blank_lines(data, sep)
+        if sep is _CRLF2:
+            return n + _blank_lines(tail[-3:] + data[:3], sep)
+        # A one-byte line end: a blank line across the seam is its byte on both sides.
+        end = sep[0]
+        return n + 1 if tail[-1] == end and data[0] == end else n
+
+    def _other(self, kind: int, uid: str, data: bytes) -> int:
         if kind == _NDJSON:
             if data:
                 self._tails[uid] = data[-1:]
             return data.count(b"\n")
         if kind == _FRAMES:
             return self._counters[uid].feed(data)
-        if kind != _SSE:
-            return 1 if kind == _OTHER and data else 0
-        if not data:
-            return 0
-        # The stream's start counts as a line end: an empty line there is an event of its own.
-        tail = self._tails.get(uid, _START)
-        joined = tail + data[:3]
-        sep = _style(joined) or _style(data)
-        self._tails[uid] = (tail + data)[-3:]
-        if sep is None:
-            return 0
-        # Blank lines inside this chunk, plus those that start in the last chunk's tail.
-        reach = len(sep) - 1
-        return _blank_lines(data, sep) + _blank_lines(tail[-reach:] + data[:reach], sep)
+        return 1 if kind == _OTHER and data else 0
 
     def end(self, uid: str) -> int:
         """The stream is over: 1 for a last SSE event that had no blank line after it."""
@@ -79,14 +95,26 @@ class EventCount:
 
 
 def _style(data: bytes) -> bytes | None:
-    # One line-end style per stream in practice: the first style found counts.
-    return next((sep for sep in _ENDS if sep in data), None)
+    # One line-end style per stream in practice: the first style found counts. (Spelled out:
+    # a generator here cost a third of each chunk's count.)
+    find = data.find  # (``in`` on bytes costs more: it first tries the needle as an int)
+    if find(_CRLF2) >= 0:
+        return _CRLF2
+    if find(_LF2) >= 0:
+        return _LF2
+    if find(_CR2) >= 0:
+        return _CR2
+    return None
 
 
 def _blank_lines(data: bytes, sep: bytes) -> int:
     """Lines that end empty: ``sep`` occurrences, overlapping ones too (each line end after
     a blank line makes an event of its own, as the parser stores it)."""
     n = data.count(sep)
-    if not n or sep + sep[: len(sep) // 2] not in data:
+    if not n or data.find(_RUNS[sep]) < 0:
         return n  # no run of three line ends: none overlap
+    return _overlapping(data, sep)
+
+
+def _overlapping(data: bytes, sep: bytes) -> int:
     return len(re.findall(b"(?=" + re.escape(sep) + b")", data))

@@ -34,7 +34,6 @@ from ssetape.recording.link_health import LinkHealth
 from ssetape.recording.losses import Losses
 from ssetape.recording.protocol import (
     Begin,
-    Chunk,
     Close,
     Configure,
     Counts,
@@ -46,6 +45,7 @@ from ssetape.recording.protocol import (
     Stream,
     Update,
     WorkerConfig,
+    chunk_of,
     encode_frame,
 )
 from ssetape.recording.retired import Casualty, Retired
@@ -173,7 +173,7 @@ class RecordLink:
         if len(self._out) > self._max_buffer or uid in self._losses.orphans:
             self._lose(uid, data, events)
             return
-        self._batch.append(Chunk(uid, offset, data))
+        self._batch.append(chunk_of((uid, offset, data)))
         self._batch_bytes += len(data)
         if events:
             self._batch_events[uid] = self._batch_events.get(uid, 0) + events
