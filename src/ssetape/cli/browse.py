@@ -16,7 +16,7 @@ from ssetape.cli.options import (
     standby_note,
 )
 from ssetape.views.documents import EVENTS_SHOWN
-from ssetape.vocabulary import ExchangeState
+from ssetape.vocabulary import ExchangeState, Transport
 
 # The store, its views and rich are imported in the commands, and the timeline only by
 # `show --timeline/--svg`: `ssetape list --help` needs none of them (SQLAlchemy alone is a
@@ -271,9 +271,7 @@ def _print_show(
         console.print(part)
     if not x.is_stream:
         return
-    from ssetape.views.ws_timeline import is_session
-
-    if is_session(x):  # its two lanes and its turns before its frames
+    if x.transport == Transport.WEBSOCKET:  # its two lanes and its turns before its frames
         _draw_session(x, queries, True, None)
     span = queries.event_span(x.id)
     total, shown = span.count, 0
