@@ -277,7 +277,7 @@ def _close_after(flow: http.HTTPFlow) -> None:
         and resp.status_code != 101
         and flow.request.http_version.startswith("HTTP/1")
     ):
-        flow.response.headers["connection"] = "close"
+        resp.headers["connection"] = "close"
 
 
 def _close(handler: Any) -> None:
