@@ -22,7 +22,7 @@ from ssetape.addons.drain import DEADLINE
 from tests.addons.stores import Recorders
 from tests.addons.test_drain_record import EXIT, exchanges, exited, until
 from tests.conftest import Proc
-from tests.ws_upstream import DELTAS, RealtimeUpstream
+from tests.ws_upstreams import DELTAS, RealtimeUpstream
 
 WAIT = 30.0
 

@@ -21,7 +21,7 @@ import pytest
 from tests.addons.test_websocket_knowledge import knowledge, within
 from tests.addons.test_websocket_record import stored
 from tests.conftest import Proc
-from tests.ws_upstream import (
+from tests.ws_upstreams import (
     DELAY,
     GEMINI_CLOSE,
     GEMINI_PARTS,

@@ -21,7 +21,7 @@ from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.test_websocket_record import KEY, one_response
 from tests.conftest import SSETAPE, Proc
-from tests.ws_upstream import (
+from tests.ws_upstreams import (
     CLOSE_CODE,
     CLOSE_REASON,
     DELAY,

@@ -16,7 +16,7 @@ from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc
 from tests.ssetape.cli.test_prompt_search import ssetape
-from tests.ws_upstream import RealtimeUpstream
+from tests.ws_upstreams import RealtimeUpstream
 
 INSTRUCTIONS = "You are the clerk of the Quillfeather archive."
 ASKED = "Where is invoice QX-4711 filed?"

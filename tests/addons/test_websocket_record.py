@@ -17,7 +17,7 @@ from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc
-from tests.ws_upstream import CLOSE_CODE, CLOSE_REASON, DELAY, DELTAS, RealtimeUpstream
+from tests.ws_upstreams import CLOSE_CODE, CLOSE_REASON, DELAY, DELTAS, RealtimeUpstream
 
 KEY = "sk-proj-SECRETrealtimeKEY0123456789"
 

@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc, self_signed
-from tests.ws_upstream import CLOSE_CODE, CLOSE_REASON, DELTAS, RealtimeUpstream
+from tests.ws_upstreams import CLOSE_CODE, CLOSE_REASON, DELTAS, RealtimeUpstream
 
 KEY = "sk-proj-SECRETrealtimeKEY0123456789"
 MARGIN = 0.1  # seconds late, at most: a loaded 2-core machine

@@ -28,7 +28,7 @@ from ssetape.storage.models import Event
 from tests.addons.test_websocket_knowledge import knowledge, within
 from tests.addons.test_websocket_record import KEY, stored
 from tests.conftest import Proc, self_signed
-from tests.ws_upstream import (
+from tests.ws_upstreams import (
     CLOSE_CODE,
     CLOSE_REASON,
     DELAY,

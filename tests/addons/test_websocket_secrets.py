@@ -13,7 +13,7 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.conftest import SSETAPE, Proc
-from tests.ws_upstream import RealtimeUpstream
+from tests.ws_upstreams import RealtimeUpstream
 
 BROWSER_KEY = "sk-proj-SECRETbrowserKEY0123456789"
 GOOGLE_KEY = "AIzaSECRETgoogleKEY0123456789"

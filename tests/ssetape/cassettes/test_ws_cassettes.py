@@ -33,7 +33,7 @@ from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_schema
 from tests.conftest import SSETAPE, start_ssetape
-from tests.ws_upstream import GEMINI_PARTS, RealtimeUpstream
+from tests.ws_upstreams import GEMINI_PARTS, RealtimeUpstream
 
 KEY = "sk-proj-LEAKrealtime0123456789"  # the SDK's bearer token and a browser's subprotocol
 GOOG = "AIzaLEAKgoogle0123456789abcdef"  # Gemini's x-goog-api-key and ?key=

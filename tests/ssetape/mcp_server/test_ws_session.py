@@ -16,7 +16,7 @@ from ssetape.storage.store import Store
 from tests.addons.stores import pg_base, pg_schema
 from tests.ssetape.mcp_server.client import call, in_memory
 from tests.ssetape.views.ws_sessions import THINK, Recorded, record_sessions, recorded, within_ms
-from tests.ws_upstream import DELAY, DELTAS, USAGE
+from tests.ws_upstreams import DELAY, DELTAS, USAGE
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import ssetape.testing.tape_session  # noqa: F401
-from tests.ws_upstream import DELTAS, RealtimeUpstream
+from tests.ws_upstreams import DELTAS, RealtimeUpstream
 
 pytest_plugins = ["pytester"]
 

@@ -28,7 +28,7 @@ from tests.ssetape.views.ws_sessions import (
     recorded,
     within_ms,
 )
-from tests.ws_upstream import DELAY, DELTAS, GEMINI_USAGE, RESPONSES_USAGE, USAGE
+from tests.ws_upstreams import DELAY, DELTAS, GEMINI_USAGE, RESPONSES_USAGE, USAGE
 
 SVG = "{http://www.w3.org/2000/svg}"
 

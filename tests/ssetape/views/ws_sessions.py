@@ -21,7 +21,7 @@ from tests.addons.test_websocket_knowledge import GEMINI_PATH, gemini
 from tests.addons.test_websocket_record import KEY, one_response
 from tests.conftest import start_ssetape
 from tests.ssetape.web.conftest import XSS
-from tests.ws_upstream import RealtimeUpstream, Session
+from tests.ws_upstreams import RealtimeUpstream, Session
 
 THINK = 1.5  # seconds the user of the two-turn session thinks between its turns
 TWO_TURNS = "gpt-realtime-two"

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from tests.conftest import start_ssetape
 from tests.ssetape.views.ws_sessions import Recorded, recorded, within_ms
 from tests.ssetape.web.conftest import XSS, app_client
-from tests.ws_upstream import DELAY, DELTAS
+from tests.ws_upstreams import DELAY, DELTAS
 
 SVG = "{http://www.w3.org/2000/svg}"
 
