@@ -25,7 +25,12 @@ from ssetape.views.timeline import (
     ticks,
 )
 
-__all__ = ["TimelineChart"]
+__all__ = [
+    "TimelineChart",
+    "axis_lines",
+    "fit",
+    "glyph",
+]
 
 _LEGEND = "· 1  • 2-9  ● 10-99  █ 100+ events per cell"
 _LABEL_W = 9  # "terminal" and a space
@@ -61,18 +66,18 @@ class TimelineChart:
             line.append("│", style="dim")
             for i, n in enumerate(row):
                 if n:
-                    line.append(_glyph(n), style=style)
+                    line.append(glyph(n), style=style)
                 else:
                     line.append("┊" if i == ttft_col else " ", style=TTFT_STYLE)
             line.append("│", style="dim")
             line.append(f" {sum(row):>{count_w},}")
-            lines.append(_fit(line, width))
+            lines.append(fit(line, width))
         lines.extend(self._axis(cells, width))
         legend = f"{_LEGEND} of {fmt_us(math.ceil(span / cells))}"
-        lines.append(_fit(Text(legend, style="dim"), width))
+        lines.append(fit(Text(legend, style="dim"), width))
         if scan.gaps:
             gaps = tl.pauses(scan.gaps)
-            lines.append(_fit(Text(clean(tl.gap_text(gaps, width), CONTROL)), width))
+            lines.append(fit(Text(clean(tl.gap_text(gaps, width), CONTROL)), width))
         return Group(*lines)
 
     def _header(self, width: int) -> Text:
@@ -87,7 +92,7 @@ class TimelineChart:
                 head.truncate(room, overflow="ellipsis")
                 head.append(" · ")
         head.append(stats)
-        return _fit(head, width)
+        return fit(head, width)
 
     def _marker_rows(self, width: int, col: Callable[[int], int]) -> list[Text]:
         """▼ TTFB and ▼ TTFT over their columns: one row when both labels fit, else two."""
@@ -117,36 +122,37 @@ class TimelineChart:
             for begin, text, style in sorted(row):
                 line.append(" " * (begin - len(line)))
                 line.append(text, style=style)
-            out.append(_fit(line, width))
+            out.append(fit(line, width))
         return out
 
     def _axis(self, cells: int, width: int) -> list[Text]:
-        tl = self.timeline
-        span = tl.span_us
-        chars = ["─"] * cells
-        labels = [" "] * width
-        end = -1
-        for t in ticks(span, cells // 10):
-            c = t * cells // span
-            if c >= cells:
-                continue
-            chars[c] = "┬"
-            label = fmt_tick(t)
-            at = _LABEL_W + 1 + c
-            if at + len(label) > width:
-                at = width - len(label)
-            if at > end + 1:
-                labels[at : at + len(label)] = label
-                end = at + len(label)
-        axis = Text(" " * _LABEL_W + "└" + "".join(chars) + "┘", style="dim")
-        return [_fit(axis, width), _fit(Text("".join(labels).rstrip(), style="dim"), width)]
+        return axis_lines(self.timeline.span_us, cells, width)
 
 
-def _glyph(n: int) -> str:
+def axis_lines(span_us: int, cells: int, width: int) -> list[Text]:
+    """The time axis under ``cells`` columns spanning ``span_us``, and its tick labels."""
+    chars = ["─"] * cells
+    labels = [" "] * width
+    end = -1
+    for t in ticks(span_us, cells // 10):
+        c = t * cells // span_us
+        if c >= cells:
+            continue
+        chars[c] = "┬"
+        label = fmt_tick(t)
+        at = min(_LABEL_W + 1 + c, width - len(label))
+        if at > end + 1:
+            labels[at : at + len(label)] = label
+            end = at + len(label)
+    axis = Text(" " * _LABEL_W + "└" + "".join(chars) + "┘", style="dim")
+    return [fit(axis, width), fit(Text("".join(labels).rstrip(), style="dim"), width)]
+
+
+def glyph(n: int) -> str:
     return "█" if n >= 100 else "●" if n >= 10 else "•" if n >= 2 else "·"
 
 
-def _fit(text: Text, width: int) -> Text:
+def fit(text: Text, width: int) -> Text:
     """Crop rather than wrap: a wrapped chart row lands in the wrong lane."""
     text.no_wrap = True
     text.overflow = "crop"

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from ssetape.analysis.turns import Turn
 from ssetape.views.escape import cell
-from ssetape.views.timeline import CONTROL, TTFT_STYLE, clean, fmt_tick, fmt_us, ticks
+from ssetape.views.timeline import CONTROL, TTFT_STYLE, clean, fmt_us
+from ssetape.views.timeline_chart import axis_lines, fit, glyph
 from ssetape.views.ws_timeline import ASK, CONTENT, ERROR, LANES, SessionTimeline
 from ssetape.vocabulary import ERROR_OUTCOMES, Outcome
 
@@ -57,15 +58,15 @@ class SessionChart:
             kinds = tl.counts[lane]
             for i, n in enumerate(tl.cell_counts(lane)):
                 style = next((s for k, s in _STYLES if kinds.get(k, (0,) * cells)[i]), None)
-                line.append(_glyph(n) if n else " ", style=style or _LANE_STYLE[lane])
+                line.append(glyph(n) if n else " ", style=style or _LANE_STYLE[lane])
             line.append("│", style="dim")
             line.append(f" {tl.lane_total(lane):>{count_w},}")
-            lines.append(_fit(line, width))
-        lines.append(_fit(self._turns_row(count_w), width))
+            lines.append(fit(line, width))
+        lines.append(fit(self._turns_row(count_w), width))
         lines.extend(self._axis(width))
         cell_us = fmt_us(math.ceil(tl.span_us / cells))
-        lines.append(_fit(Text(_LEGEND.format(cell=cell_us), style="dim"), width))
-        lines.append(_fit(Text(_COLORS, style="dim"), width))
+        lines.append(fit(Text(_LEGEND.format(cell=cell_us), style="dim"), width))
+        lines.append(fit(Text(_COLORS, style="dim"), width))
         return Group(*lines)
 
     def _header(self, width: int) -> Text:
@@ -79,7 +80,7 @@ class SessionChart:
             head.truncate(room, overflow="ellipsis")
             head.append(" · ")
         head.append(stats)
-        return _fit(head, width)
+        return fit(head, width)
 
     def _turns_row(self, count_w: int) -> Text:
         """Each turn from its start to its end, numbered where its number fits."""
@@ -108,23 +109,7 @@ class SessionChart:
         return line
 
     def _axis(self, width: int) -> list[Text]:
-        tl = self.timeline
-        cells, span = tl.cells, tl.span_us
-        chars = ["─"] * cells
-        labels = [" "] * width
-        end = -1
-        for t in ticks(span, cells // 10):
-            c = t * cells // span
-            if c >= cells:
-                continue
-            chars[c] = "┬"
-            label = fmt_tick(t)
-            at = min(_LABEL_W + 1 + c, width - len(label))
-            if at > end + 1:
-                labels[at : at + len(label)] = label
-                end = at + len(label)
-        axis = Text(" " * _LABEL_W + "└" + "".join(chars) + "┘", style="dim")
-        return [_fit(axis, width), _fit(Text("".join(labels).rstrip(), style="dim"), width)]
+        return axis_lines(self.timeline.span_us, self.timeline.cells, width)
 
 
 def _ms(us: int | None) -> str:
@@ -160,15 +145,3 @@ def turns_table(turns: list[Turn], total: int) -> list[RenderableType]:
         more = f"… {total - len(turns):,} more turns: show --json --full lists every one"
         out.append(Text(more, style="dim"))
     return out
-
-
-def _glyph(n: int) -> str:
-    return "█" if n >= 100 else "●" if n >= 10 else "•" if n >= 2 else "·"
-
-
-def _fit(text: Text, width: int) -> Text:
-    """Crop rather than wrap: a wrapped chart row lands in the wrong lane."""
-    text.no_wrap = True
-    text.overflow = "crop"
-    text.truncate(width, overflow="ellipsis")
-    return text
