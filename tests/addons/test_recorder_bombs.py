@@ -6,6 +6,7 @@ not decode."""
 from __future__ import annotations
 
 import itertools
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,9 @@ def test_a_gzip_bomb_passes_whole_and_the_recording_process_stays_small(
         [x] = Queries(store).exchanges()
         assert [e.data for e in Queries(store).events(x.id)] == ["1"]
         assert x.error is not None and "decoded past" in x.error
-        assert (
-            sum(len(c.data) for c in Queries(store).chunks(x.id)) == body_size
-        )  # replay sends these
+        stored = sum(len(c.data) for c in Queries(store).chunks(x.id))  # replay sends these
+    if stored != body_size:
+        # A loaded machine: the recording process fell behind the link's bound, which drops
+        # chunks rather than grow. Never silently: the exchange says how many bytes it lacks.
+        said = re.search(r"(\d+) bytes not recorded", x.error)
+        assert said and stored + int(said.group(1)) == body_size, (stored, x.error)
