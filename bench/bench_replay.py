@@ -1,23 +1,27 @@
 """Replay timing fidelity: `ssetape replay` in each mode vs mitmproxy's server replay, in one run.
 
     python -m bench.bench_replay [--events 40] [--concurrency 1,20,200] [--only NAME,...]
+                                 [--bursts K] [--warm]
 
 Targets: `ssetape replay` in reverse mode (record mode none: the direct replay server, no
 proxy in the data path), in forward mode over plain HTTP (absolute-form requests) and over
 HTTPS (CONNECT, TLS with the CA of `ssetape ca`: the same direct server ends the tunnel), the
 same with two processes on the port (`--workers 2`), the same in record mode new_episodes
 (the same server; each burst of N also carries max(1, N // 20) requests not on the tape, which
-it relays to its recording proxy and records while the hits play: they are not measured; over
-HTTPS they reach the plain-HTTP simulator with TLS and are recorded as failed), the same
-through mitmproxy (a `--set` keeps the replayer addon and its timed server), and mitmproxy's
-own server replay.
+it relays to its recording proxy and records while the hits play: they are not measured, and
+each new_episodes target starts from its own copy of the tape; over HTTPS they reach a second
+simulator that serves HTTPS, `bench/tls_upstream.py`, whose certificate the recording proxy
+trusts), the same through mitmproxy (a `--set` keeps the replayer addon and its timed server),
+and mitmproxy's own server replay.
 
 Records 20 distinct chat streams (40 events, ~20 ms apart, with jitter) from the simulator
 through `ssetape record` (and the same through `mitmdump -w` for mitmproxy's server replay),
-stops the simulator, then replays them with N concurrent clients (request i uses recording
+then replays them with N concurrent clients (request i uses recording
 i % 20). Errors against the recorded offsets, measured at the client from the moment the
 request was sent (after any tunnel and handshake): time to first byte, and each inter-event
-gap. Then `--speed 0`: each recording alone, the time until its last byte (goal: < 50 ms).
+gap. Every chosen target listens for the whole run; at each level the targets take turns,
+K bursts each (``--bursts``), and each row pools the errors of its K bursts. Then `--speed
+0`: each recording alone, the time until its last byte (goal: < 50 ms).
 The client is a minimal asyncio HTTP/1.1 client so that the measurement itself costs little.
 """
 
@@ -26,11 +30,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
+import shutil
 import ssl
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,26 +155,50 @@ def pct(values: list[float], q: float) -> float:
 MISSED = iter(range(1 << 30))  # each miss a prompt never asked before
 
 
+Errors = tuple[list[float], list[float], list[float]]  # TTFB, gaps, set-up (ms)
+
+
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    """No collection in the measuring client during a burst: a full one of this process (it
+    holds the tape's rows) stalled its loop for ~100 ms, which the table would have charged
+    to the replayer."""
+    gc.collect()  # the last burst's garbage, before the clock runs
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def burst(port: int, r: int, n: int, events: int, way: Way, warm: bool,
+                misses: int) -> list[tuple[float, list[float], bytes, float]]:  # fmt: skip
+    """One burst of ``n`` streams (stream j of them all plays recording j % 20), and
+    ``misses`` requests not on the tape."""
+    conns: list[Conn | None] = [None] * n
+    if warm:
+        conns = list(await asyncio.gather(*(connect(port, way) for _ in range(n))))
+    extra = [fetch(port, body(RECORDINGS + next(MISSED), events), way)
+             for _ in range(misses)]  # fmt: skip
+    got = await asyncio.gather(
+        *(fetch(port, body((r * n + i) % RECORDINGS, events), way, conns[i]) for i in range(n)),
+        *extra,
+    )
+    return got[:n]
+
+
 async def run_round(port: int, n: int, events: int, offsets: list[list[float]],
                     ttfbs: list[float], way: Way, warm: bool = False,
-                    misses: int = 0) -> dict[str, float]:  # fmt: skip
+                    misses: int = 0) -> Errors:  # fmt: skip
     """N streams at once; ``warm``: every connection (and tunnel, and handshake) is made
     first and the N requests then go out together, as from clients that keep connections.
     One stream is played ``SINGLE`` times, one after another (one sample says little).
     ``misses``: requests not on the tape sent in the same burst (recorded by new_episodes;
     not measured: they have no recorded timing yet)."""
     results = []
-    for r in range(SINGLE if n == 1 else 1):  # stream j of them all plays recording j % 20
-        conns: list[Conn | None] = [None] * n
-        if warm:
-            conns = list(await asyncio.gather(*(connect(port, way) for _ in range(n))))
-        extra = [fetch(port, body(RECORDINGS + next(MISSED), events), way)
-                 for _ in range(misses)]  # fmt: skip
-        got = await asyncio.gather(
-            *(fetch(port, body((r * n + i) % RECORDINGS, events), way, conns[i]) for i in range(n)),
-            *extra,
-        )
-        results += got[:n]
+    with quiet_gc():
+        for r in range(SINGLE if n == 1 else 1):
+            results += await burst(port, r, n, events, way, warm, misses)
     n = len(results)
     ttfb_err, gap_err, setups = [], [], []
     for i, (ttfb, times, _, setup) in enumerate(results):
@@ -178,10 +209,15 @@ async def run_round(port: int, n: int, events: int, offsets: list[list[float]],
             raise RuntimeError(f"stream {i}: {len(times)} events, recorded {len(rec)}")
         for k in range(1, len(times)):
             gap_err.append(abs((times[k] - times[k - 1]) - (rec[k] - rec[k - 1])) * 1000)
+    return ttfb_err, gap_err, setups
+
+
+def summary(errors: Errors) -> dict[str, float]:
+    ttfb_err, gap_err, setups = errors
     return {
         "ttfb_p50": statistics.median(ttfb_err), "ttfb_p95": pct(ttfb_err, 0.95),
         "gap_p50": statistics.median(gap_err), "gap_p95": pct(gap_err, 0.95),
-        "gap_max": max(gap_err), "events": len(gap_err) + n, "setup_p95": pct(setups, 0.95),
+        "gap_max": max(gap_err), "setup_p95": pct(setups, 0.95),
     }  # fmt: skip
 
 
@@ -195,6 +231,16 @@ async def at_once(port: int, events: int, way: Way) -> float:
     return worst * 1000
 
 
+def states(tape: Path, before: int) -> dict[str, int]:
+    """How many exchanges a new_episodes target stored, by state (the tape held ``before``)."""
+    with Store.open(str(tape), create=False) as store:
+        rows = sorted(Queries(store).exchanges(), key=lambda x: x.id)[before:]
+    out: dict[str, int] = {}
+    for x in rows:
+        out[x.state] = out.get(x.state, 0) + 1
+    return out
+
+
 async def record_all(port: int, events: int) -> None:
     await asyncio.gather(*(fetch(port, body(i, events)) for i in range(RECORDINGS)))
 
@@ -205,6 +251,13 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,20,200")
     ap.add_argument("--only", default="", help="targets to run (comma-separated names)")
     ap.add_argument(
+        "--bursts",
+        type=int,
+        default=1,
+        help="bursts of each level above 1 per target, taking turns with the other targets; "
+        "the errors of all of them are pooled",
+    )
+    ap.add_argument(
         "--warm",
         action="store_true",
         help="connect (tunnel, handshake) every client before the burst of requests",
@@ -212,11 +265,15 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ssetape-bench-"))
     db, flows, conf = tmp / "tape.db", tmp / "flows.mitm", tmp / "conf"
-    sim_port = free_port()
-    # The simulator stays up: new_episodes records the misses of each burst from it.
+    sim_port, tls_port = free_port(), free_port()
+    # The simulators stay up: new_episodes records the misses of each burst from them (over
+    # HTTPS from the second, whose certificate the recording proxy is told to trust).
     with contextlib.ExitStack() as stack:
         stack.enter_context(process([str(BIN / "ssetape"), "simulate", "--port", str(sim_port)],
                                     sim_port))  # fmt: skip
+        stack.enter_context(process([sys.executable, "-m", "bench.tls_upstream", "--port",
+                                     str(tls_port), "--cert", str(tmp / "upstream.pem")],
+                                    tls_port))  # fmt: skip
         up = f"http://127.0.0.1:{sim_port}"
         p = free_port()
         with process([str(BIN / "ssetape"), "record", "--db", str(db), "--port", str(p),
@@ -226,10 +283,10 @@ def main() -> None:
         with process([str(BIN / "mitmdump"), "-q", "--mode", f"reverse:{up}", "--listen-port",
                       str(p), "-w", str(flows), "--set", f"confdir={conf}"], p):  # fmt: skip
             asyncio.run(record_all(p, args.events))
-        replay_all(args, up, sim_port, db, flows, conf)
+        replay_all(args, up, (sim_port, tls_port), db, flows, conf)
 
 
-def replay_all(args: argparse.Namespace, up: str, sim_port: int, db: Path, flows: Path,
+def replay_all(args: argparse.Namespace, up: str, ports: tuple[int, int], db: Path, flows: Path,
                conf: Path) -> None:  # fmt: skip
     levels = [int(c) for c in args.concurrency.split(",")]
     store = Store.open(str(db), create=False)
@@ -245,11 +302,13 @@ def replay_all(args: argparse.Namespace, up: str, sim_port: int, db: Path, flows
     store.close()
 
     table: list[tuple[str, int, dict[str, float]]] = []
-    origin = f"127.0.0.1:{sim_port}"
     tls = ssl.create_default_context(cafile=conf / "mitmproxy-ca-cert.pem")
-    reverse, forward, https = REVERSE, Way(forward=True, origin=origin), Way(True, tls, origin)
+    # Matching compares hosts, not ports: HTTPS requests name the HTTPS simulator, where
+    # new_episodes forwards their misses.
+    forward = Way(forward=True, origin=f"127.0.0.1:{ports[0]}")
+    reverse, https = REVERSE, Way(True, tls, f"127.0.0.1:{ports[1]}")
 
-    def ssetape(port: int, mode: str, *more: str) -> list[str]:
+    def ssetape(port: int, mode: str, *more: str) -> list[str]:  # a later --db wins
         return [str(BIN / "ssetape"), "replay", "--db", str(db), "--port", str(port),
                 "--mode", mode, "--confdir", str(conf), *more]  # fmt: skip
 
@@ -257,22 +316,25 @@ def replay_all(args: argparse.Namespace, up: str, sim_port: int, db: Path, flows
     # the recording proxy (a burst of N carries N // 20 misses, at least one); a `--set` keeps
     # mitmproxy (and the replayer addon) in the data path.
     episodes = ("--record-mode", "new_episodes")
+    trust = ("--set", f"ssl_verify_upstream_trusted_ca={db.with_name('upstream.pem')}")
     targets = {
+        # Each new_episodes row right after record mode none's, so that the two are measured
+        # minutes apart at most (a shared machine's load drifts).
         "ssetape replay (reverse)": (lambda p, *a: ssetape(p, f"reverse:{up}", *a), reverse),
+        "ssetape replay new_episodes (reverse)": (lambda p, *a: ssetape(
+            p, f"reverse:{up}", *episodes, *a), reverse),
         "ssetape replay (forward HTTP)": (lambda p, *a: ssetape(p, "regular", *a), forward),
+        "ssetape replay new_episodes (forward HTTP)": (lambda p, *a: ssetape(
+            p, "regular", *episodes, *a), forward),
         "ssetape replay (forward HTTPS)": (lambda p, *a: ssetape(p, "regular", *a), https),
+        "ssetape replay new_episodes (forward HTTPS)": (lambda p, *a: ssetape(
+            p, "regular", *episodes, *trust, *a), https),
         "ssetape replay --workers 2 (reverse)": (
             lambda p, *a: ssetape(p, f"reverse:{up}", "--workers", "2", *a), reverse),
         "ssetape replay --workers 2 (forward HTTP)": (
             lambda p, *a: ssetape(p, "regular", "--workers", "2", *a), forward),
         "ssetape replay --workers 2 (forward HTTPS)": (
             lambda p, *a: ssetape(p, "regular", "--workers", "2", *a), https),
-        "ssetape replay new_episodes (reverse)": (lambda p, *a: ssetape(
-            p, f"reverse:{up}", *episodes, *a), reverse),
-        "ssetape replay new_episodes (forward HTTP)": (lambda p, *a: ssetape(
-            p, "regular", *episodes, *a), forward),
-        "ssetape replay new_episodes (forward HTTPS)": (lambda p, *a: ssetape(
-            p, "regular", *episodes, *a), https),
         "ssetape replay via mitmproxy, --set (reverse)": (lambda p, *a: ssetape(
             p, f"reverse:{up}", "--set", "connection_strategy=lazy", *a), reverse),
         "ssetape replay via mitmproxy, --set (forward HTTPS)": (lambda p, *a: ssetape(
@@ -284,23 +346,43 @@ def replay_all(args: argparse.Namespace, up: str, sim_port: int, db: Path, flows
             "--set", f"confdir={conf}"], reverse),
     }  # fmt: skip
     only = {t.strip() for t in args.only.split(",") if t.strip()}
-    instant: list[tuple[str, float]] = []
-    for name, (cmd, way) in targets.items():
-        if only and not any(o in name for o in only):
-            continue
-        port = free_port()
-        with process(cmd(port), port):
+    chosen = {k: v for k, v in targets.items() if not only or any(o in k for o in only)}
+    own: dict[str, tuple[str, ...]] = {}  # a new_episodes target's own copy of the tape
+    for name in chosen:
+        if "new_episodes" in name:  # what it records stays out of the other targets' tape
+            tape = db.with_name(f"tape-{len(own)}.db")
+            shutil.copyfile(db, tape)
+            own[name] = ("--db", str(tape))
+    sent: dict[str, int] = dict.fromkeys(own, 0)
+    # Every chosen target listens at once (idle but for its turn), and the bursts of a level
+    # take turns: a shared machine's load drifts, and each target then meets the same drift.
+    with contextlib.ExitStack() as stack:
+        listen: dict[str, int] = {}
+        for name, (cmd, way) in chosen.items():
+            listen[name] = free_port()
+            stack.enter_context(process(cmd(listen[name], *own.get(name, ())), listen[name]))
             time.sleep(0.5)
-            asyncio.run(run_round(port, 1, args.events, offsets, ttfbs, way))  # warm-up
-            for n in levels:
-                misses = max(1, n // 20) if "new_episodes" in name else 0
-                table.append((name, n, asyncio.run(run_round(
-                    port, n, args.events, offsets, ttfbs, way, args.warm, misses))))  # fmt: skip
-                print(f"done: {name} x{n}", file=sys.stderr)
+            asyncio.run(run_round(listen[name], 1, args.events, offsets, ttfbs, way))  # warm-up
+        for n in levels:
+            pooled: dict[str, Errors] = {name: ([], [], []) for name in chosen}
+            for _ in range(args.bursts if n > 1 else 1):
+                for name, (_, way) in chosen.items():
+                    misses = max(1, n // 20) if name in own else 0
+                    sent[name] = sent.get(name, 0) + misses
+                    got = asyncio.run(run_round(listen[name], n, args.events, offsets, ttfbs, way,
+                                                args.warm, misses))  # fmt: skip
+                    for mine, more in zip(pooled[name], got, strict=True):
+                        mine += more
+            table += [(name, n, summary(pooled[name])) for name in chosen]
+            print(f"done: x{n}", file=sys.stderr)
+    # The recording proxies stored what they had before their replay stopped.
+    stored = [(name, sent[name], states(Path(own[name][1]), len(rows))) for name in own]
+    instant: list[tuple[str, float]] = []
+    for name, (cmd, way) in chosen.items():
         if name.startswith("mitmdump"):
             continue  # it keeps no timing: its every answer is already "at once"
         port = free_port()
-        with process(cmd(port, "--speed", "0"), port):
+        with process(cmd(port, *own.get(name, ()), "--speed", "0"), port):
             asyncio.run(at_once(port, args.events, way))  # warm-up
             instant.append((name, asyncio.run(at_once(port, args.events, way))))
 
@@ -318,6 +400,9 @@ def replay_all(args: argparse.Namespace, up: str, sim_port: int, db: Path, flows
     for name, n, r in table:
         print(f"| {name} | {n} | {r['ttfb_p50']:.2f} | {r['ttfb_p95']:.2f} | {r['gap_p50']:.2f} "
               f"| {r['gap_p95']:.2f} | {r['gap_max']:.2f} | {r['setup_p95']:.1f} |")  # fmt: skip
+    for name, count, by_state in stored:
+        said = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"
+        print(f"\n{name}: {count} misses sent during the bursts, stored: {said}")
     print(f"\n--speed 0: slowest of the {RECORDINGS} recordings to arrive whole (one at a time; "
           "recorded: ~0.8 s each), ms\n")  # fmt: skip
     print("| replayer | slowest, ms |\n|---|---:|")

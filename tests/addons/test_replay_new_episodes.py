@@ -3,6 +3,8 @@ miss relayed once to the recording proxy, and replayed from the tape at the next
 
 from __future__ import annotations
 
+import os
+import signal
 import ssl
 import threading
 import time
@@ -28,6 +30,37 @@ PATH = "/v1/chat/completions"
 def exchanges(db: str) -> list[Any]:
     with Store.open(db, create=False) as store:
         return list(Queries(store).exchanges())
+
+
+def children(pid: int, word: bytes) -> list[int]:
+    """The processes ``pid`` started whose command line has the argument ``word``."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            stat, cmdline = (d / "stat").read_text(), (d / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and word in cmdline.split(b"\0"):
+            found.append(int(d.name))
+    return found
+
+
+def recording_proxy(pid: int) -> int:
+    """The recording proxy (`ssetape record`: mitmproxy and the recorder) of the new_episodes
+    replay whose process is ``pid``."""
+    [child] = children(pid, b"record")
+    return child
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The process stopped (SIGSTOP) meanwhile: a request answered then was answered without
+    it. How a test tells that a hit is the replay server's, not mitmproxy's."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 @contextmanager
@@ -74,8 +107,9 @@ def test_a_burst_of_one_miss_is_recorded_once_then_replayed_by_the_replay_server
         assert b"data: [DONE]" in burst[0][1]
         [x] = exchanges(db)
         assert x.state == "completed"
-        # The next identical request is a hit: served from the tape, nothing new recorded.
-        with httpx.Client(timeout=30, **kw) as c:
+        # The next identical request is a hit: served from the tape, nothing new recorded,
+        # by the replay server (mitmproxy, stopped meanwhile, could not have answered).
+        with httpx.Client(timeout=30, **kw) as c, frozen(recording_proxy(proc.proc.pid)):
             again = c.post(base + PATH, content=orjson.dumps(CHAT))
         assert (again.status_code, again.content) == burst[0]
         assert len(exchanges(db)) == 1

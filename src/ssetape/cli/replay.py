@@ -78,8 +78,9 @@ if TYPE_CHECKING:
     default=1,
     show_default=True,
     type=click.IntRange(1, 64),
-    help="Replay processes sharing the port, for bursts of hundreds of streams (when nothing "
-    "is forwarded). Each keeps its own order for a request recorded several times.",
+    help="Replay processes sharing the port, for bursts of hundreds of streams (record modes "
+    "none, new_episodes, once with a tape). Each keeps its own order for a request recorded "
+    "several times; new_episodes records a miss once for all of them.",
 )
 @web_option
 def replay(
@@ -109,8 +110,9 @@ def replay(
         raise click.BadParameter(
             "faults are served in order by one process", param_hint="--workers"
         )
-    # new_episodes: mitmproxy only forwards misses, so `--set` configures that side.
-    episodes = record_mode == RecordMode.NEW_EPISODES and workers == 1
+    # new_episodes: mitmproxy only forwards misses, so `--set` configures that side; every
+    # worker relays its misses to that one recording proxy.
+    episodes = record_mode == RecordMode.NEW_EPISODES
     if episodes or (not common["sets"] and _nothing_to_forward(db, record_mode)):
         front: dict[str, Any] = {
             "host": common["host"], "port": common["port"], "speed": speed,
@@ -127,8 +129,8 @@ def replay(
         return
     if workers > 1:
         raise click.BadParameter(
-            "more than one worker needs a replay that forwards nothing (record mode none, "
-            "or once with a tape) and no --set",
+            "more than one worker needs ssetape's own replay server: record mode none or "
+            "once with a tape, without --set; or new_episodes",
             param_hint="--workers",
         )
     replayer, recorder = Replayer(), Recorder()

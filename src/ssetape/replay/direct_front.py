@@ -19,8 +19,10 @@ import contextlib
 import gc
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -28,18 +30,19 @@ from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
+from ssetape.recording.log_format import LogLines, log_to
 from ssetape.redactor import check_paths
 from ssetape.replay.admission import SLOTS, Admission, share
 from ssetape.replay.episodes import Episodes
 from ssetape.replay.faults import Faults
 from ssetape.replay.front_workers import FrontWorkers, WorkerSpec
 from ssetape.replay.http_server import HttpServer, raise_fd_limit
-from ssetape.replay.miss import MissKind
+from ssetape.replay.miss import Miss, MissKind
 from ssetape.replay.player import Player
 from ssetape.replay.request_index import RequestIndex
 from ssetape.replay.responder import ResponseWriter, TlsFor, error_response
 from ssetape.storage.store import Store
-from ssetape.vocabulary import INLINE_BODY, Header
+from ssetape.vocabulary import INLINE_BODY, Header, LogFormat
 
 __all__ = ["PRELOAD", "DirectFront", "run_front"]
 
@@ -109,40 +112,78 @@ class DirectFront:
         if self.faults and (refusal := self.faults.refusal(target)) is not None:
             out.send(refusal)
             return True
+        request = (request_line, headers, body)
+        return await self._answer(out, request, (method, host, target), port, t0)
+
+    async def _answer(
+        self,
+        out: ResponseWriter[Any],
+        request: tuple[list[bytes], dict[bytes, bytes], bytes],
+        match: tuple[str, str, str],
+        port: int | None,
+        t0: float,
+    ) -> bool:
+        """Answer from the tape (a hit, or a miss's 404), or relay a miss (new_episodes)."""
+        request_line, _, body = request
+        method, host, target = match
         loop = asyncio.get_running_loop()
         try:
             # Known requests with small bodies are matched right here; anything that needs
             # the database or much hashing goes to a worker thread.
-            found = (
+            found: int | Miss | str | None = (
                 self.index.lookup(method, host, target, body or None, may_query=False, port=port)
                 if len(body) <= INLINE_BODY
                 else None
             )
             if found is None:
-                lookup = partial(self.index.lookup, port=port)
-                found = await loop.run_in_executor(None, lookup, method, host, target, body or None)
+                find = partial(self._find, port=port, arrived=t0)
+                found = await loop.run_in_executor(None, find, method, host, target, body or None)
         except Exception as e:
             log.exception("ssetape: replay lookup failed")
             error_response(out, 500, f"ssetape could not look this request up: {e}")
             return True
-        assert found is not None
         if isinstance(found, int):
             self.hits += 1
             return await self.player.play_recording(out, request_line[0], found, t0, self.speed)
         if self.episodes is not None:
-            if found.kind is MissKind.CUT:
+            if isinstance(found, Miss) and found.kind is MissKind.CUT:
                 log.warning("ssetape: %s", found.message)  # recorded again: say so
 
-            async def again(t: float) -> bool:
-                return await self.respond(out, request_line, headers, body, t)
+            async def again(t: float) -> bool:  # a fault's refusal counted this request once
+                return await self._answer(out, request, match, port, t)
 
-            return await self.episodes.answer(
-                again, out, (request_line, headers, body), (method, host, target)
-            )
+            key = found if isinstance(found, str) else None
+            return await self.episodes.answer(again, out, request, match, t0, key)
+        assert isinstance(found, Miss)
         self.misses += 1
         log.warning("ssetape: %s", found.message)
         error_response(out, 404, found.body(), "application/json", ((Header.MISS.raw, b"1"),))
         return True
+
+    def _find(
+        self,
+        method: str,
+        host: str,
+        target: str,
+        body: bytes | None,
+        *,
+        port: int | None,
+        arrived: float,
+    ) -> int | Miss | str:
+        """In a worker thread: the recording to play, or why there is none. Recording new
+        episodes, a request with no recording at all is its match key alone: nobody reads
+        a miss's nearest recordings there, and searching them would take the interpreter
+        lock from the loop that times the streams beside it."""
+        if self.episodes is not None:
+            key = self.index.key(method, host, target, body)
+            # Any refresh begun since the request came saw what was stored before it: the
+            # misses of a burst share one read of the store.
+            self.index.refresh(after=arrived)
+            if not self.index.recordings(key):
+                return key
+        found = self.index.lookup(method, host, target, body, port=port)
+        assert found is not None  # None only where it may not query
+        return found
 
     async def serve(
         self,
@@ -152,10 +193,11 @@ class DirectFront:
         *,
         workers: tuple[FrontWorkers, WorkerSpec] | None = None,
         worker: bool = False,
-    ) -> tuple[int, int]:
-        """Serve until SIGINT/SIGTERM: (requests replayed, requests missed), with those of
-        ``workers`` started on the same port. ``worker``: this is one of them (it shares the
-        port, stops when its standard input closes too, and leaves the summary to worker 0)."""
+    ) -> tuple[int, int, int]:
+        """Serve until SIGINT/SIGTERM: (requests replayed, requests missed, misses relayed
+        to be recorded), with those of ``workers`` started on the same port. ``worker``: this
+        is one of them (it shares the port, stops when its standard input closes too, and
+        leaves the summary to worker 0)."""
         bound = await self.http.start(host, port, reuse_port=worker or workers is not None)
         assert self.http.server is not None
         stop = asyncio.Event()
@@ -173,15 +215,17 @@ class DirectFront:
             await stop.wait()
         finally:
             await self.http.stop()
+            if self.episodes is not None:
+                self.episodes.relay.close()
             hits, misses = self.hits, self.misses
+            relayed = self.episodes.recorded if self.episodes else 0
             if workers is not None:
                 more = await loop.run_in_executor(None, workers[0].stop)
-                hits, misses = hits + more[0], misses + more[1]
-            relayed = self.episodes.recorded if self.episodes else 0
+                hits, misses, relayed = hits + more[0], misses + more[1], relayed + more[2]
             recorded = f", recorded {relayed}" if self.episodes else ""
             if (hits or misses or relayed) and not worker:
                 log.info("ssetape: replayed %d, missed %d%s", hits, misses, recorded)
-        return hits, misses
+        return hits, misses, relayed
 
 
 def _stop_at_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
@@ -219,14 +263,17 @@ def run_front(
     worker: bool = False,
     slots: int | None = None,
     recorder: int | None = None,
-) -> tuple[int, int]:
+    claims: str | None = None,
+) -> tuple[int, int, int]:
     """Open the store and serve until SIGINT/SIGTERM (raises StoreError, ValueError,
-    RuntimeError): (requests replayed, requests missed).
+    RuntimeError): (requests replayed, requests missed, misses relayed to be recorded).
 
     ``upstream`` empty: forward mode, HTTPS tunnels ended with the CA in ``confdir``.
     ``workers``: processes sharing the port (:mod:`ssetape.replay.front_workers`); ``slots``:
     TLS handshakes this process lets run at once (by default its share among ``workers``);
-    ``recorder``: the port of the recording proxy misses are relayed to (new_episodes)."""
+    ``recorder``: the port of the recording proxy misses are relayed to (new_episodes);
+    ``claims``: the directory where workers claim the misses they record (made here by
+    worker 0 when it starts others)."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%X")
     check_paths("--ignore-field", ignore)
     check_paths("--redact-field", redact_fields)
@@ -237,7 +284,12 @@ def run_front(
         # Recording new episodes, a cut recording is recorded again rather than replayed.
         index = RequestIndex(store, redactor, ignore=ignore, match_host=match_host,
                              repeat=repeat, rerecord_cut=recorder is not None)  # fmt: skip
-        episodes = None if recorder is None else Episodes(index, recorder, coalesce=repeat)
+        if recorder is not None and workers > 1 and claims is None:
+            claims = tempfile.mkdtemp(prefix="ssetape-claims-")
+            stack.callback(shutil.rmtree, claims, ignore_errors=True)
+        episodes = None
+        if recorder is not None:
+            episodes = Episodes(index, recorder, coalesce=repeat, claims=claims)
         tls: TlsFor | None = None
         if not upstream and confdir is not None:
             # Here only: certificates come from mitmproxy's CA store, which reverse-mode
@@ -259,21 +311,31 @@ def run_front(
         pool = None
         if workers > 1:
             spec = WorkerSpec(db, upstream, host, port, speed, ignore, match_host, repeat,
-                              allow_gaps, redact_headers, redact_fields, confdir,
-                              slots)  # fmt: skip
+                              allow_gaps, redact_headers, redact_fields, confdir, slots,
+                              recorder, claims, _log_lines())  # fmt: skip
             pool = (FrontWorkers(workers - 1), spec)
         return asyncio.run(front.serve(host, port, on_ready, workers=pool, worker=worker))
 
 
+def _log_lines() -> list[str] | None:
+    """How this process logs (`ssetape replay` set it up), for its workers to log alike."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(lines := handler.formatter, LogLines):
+            return [lines.name, lines.form.value]
+    return None
+
+
 def main() -> None:
     """A worker of ``ssetape replay --workers N`` (see :mod:`ssetape.replay.front_workers`)."""
-    spec = WorkerSpec.from_line(sys.stdin.buffer.readline())
+    spec = asdict(WorkerSpec.from_line(sys.stdin.buffer.readline()))
+    if (lines := spec.pop("log")) is not None:  # e.g. its "recording ... (a miss)" lines
+        log_to(LogLines(lines[0], LogFormat(lines[1])))
 
     def ready(host: str, port: int) -> None:
         print("ready", flush=True)
 
-    hits, misses = run_front(**asdict(spec), on_ready=ready, worker=True)
-    print(f"counts {hits} {misses}", flush=True)
+    hits, misses, recorded = run_front(**spec, on_ready=ready, worker=True)
+    print(f"counts {hits} {misses} {recorded}", flush=True)
     os._exit(0)  # nothing left to flush; the thread that watches stdin may still wait
 
 

@@ -4,9 +4,10 @@ The direct replay server (:mod:`ssetape.replay.direct_front`) fronts every conne
 answers every request the tape holds itself, on its own timers. Only a miss leaves it: it is
 relayed over loopback to an internal recording proxy (`ssetape record`, mitmproxy with the
 recorder, in a child process: its event loop and interpreter lock are not the replay's),
-which forwards it upstream and stores it in the same store. The relay streams the live
-response back as it arrives. Once the recorder has stored it, the server's request index
-learns it, and the next identical request is a hit.
+which forwards it upstream and stores it in the same store. The relay
+(:mod:`ssetape.replay.relay`) streams the live response back as it arrives. Once the
+recorder has stored it, the server's request index learns it, and the next identical
+request is a hit.
 
 Identical misses (the same match key) that arrive while one is being recorded are not
 forwarded: they wait until its recording is stored and are then replayed from it, each with
@@ -14,7 +15,10 @@ the recorded timing from the moment it was stored. The upstream is asked once, a
 that already held the recording would have answered them. If the recording cannot be
 replayed (the upstream failed), the next of them is forwarded and recorded in turn. With
 ``--no-repeat`` each request is its own episode (a recording is served once): nothing waits,
-each miss is recorded. See docs/REPLAY.md.
+each miss is recorded. With ``--workers N`` every worker relays to the one recording proxy,
+and a worker records a miss only while it holds the key's claim (:class:`Claims`, a lock
+file the workers share): identical misses in other workers wait for that recording too.
+See docs/REPLAY.md.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -32,24 +38,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import h11
-
+from ssetape.replay.relay import Relay
 from ssetape.replay.request_index import RequestIndex
-from ssetape.replay.responder import ResponseWriter, error_response
-from ssetape.replay.response_parts import END, Body, Head
+from ssetape.replay.responder import ResponseWriter
+from ssetape.vocabulary import INLINE_BODY
 
-__all__ = ["Episodes", "RecordingChild", "recording_args", "relay"]
+__all__ = ["Claims", "Episodes", "RecordingChild", "recording_args"]
 
 log = logging.getLogger("ssetape.replay")
 
 JOIN_TIMEOUT = 10.0  # seconds the recorder may take to store a relayed miss
-JOIN_POLL = 0.01
+JOIN_POLL = 0.025  # seconds between looks at the store for misses being stored (one look for all)
+CLAIM_POLL = 0.01  # seconds between a worker's looks at a key another worker records
+JOINED_KEPT = 4096  # keys whose join time is kept (see Episodes.answer)
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 40.0  # the recorder drains what is in flight first
-READ = 1 << 16
-# Not relayed: they describe one hop (ours to the recording proxy sets its own).
-HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
-                 b"te", b"upgrade", b"content-length", b"trailer"})  # fmt: skip
 SSETAPE = [sys.executable, "-c", "from ssetape.cli.main import main; main(prog_name='ssetape')"]
 
 
@@ -135,73 +138,52 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-async def relay(
-    port: int,
-    out: ResponseWriter[Any],
-    request_line: list[bytes],
-    headers: dict[bytes, bytes],
-    body: bytes,
-) -> bool:
-    """Send the request to the recording proxy on ``port`` and stream its answer to ``out``
-    as it arrives: False once the answer was cut (the client's connection cannot go on)."""
-    target = request_line[1] if len(request_line) > 1 else b"/"
-    fields = [(k, v) for k, v in headers.items() if k not in HOP]
-    if b"host" not in headers:
-        fields.append((b"host", urlsplit(target).netloc or b"localhost"))
-    fields.append((b"content-length", b"%d" % len(body)))
-    conn = h11.Connection(h11.CLIENT)
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError as e:
-        error_response(out, 502, f"ssetape: the recording proxy cannot be reached: {e}")
-        return True
-    headed = False
-    try:
-        head = h11.Request(method=request_line[0], target=target, headers=fields)
-        for message in (head, h11.Data(data=body), h11.EndOfMessage()):
-            writer.write(conn.send(message) or b"")
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await reader.read(READ))
-                continue
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            if isinstance(event, h11.Response):
-                kept = tuple((k, v) for k, v in event.headers.raw_items() if k.lower() not in HOP)
-                raw = event.headers.raw_items()
-                sized = [v for k, v in raw if k.lower() == b"content-length"]
-                said = (*kept, (b"content-length", sized[0])) if sized else kept
-                out.send((Head(event.status_code, event.reason, said, chunked=not sized),))
-                headed = True
-            elif isinstance(event, h11.Data):
-                out.send((Body(0.0, bytes(event.data)),))
-                await out.drain()
-            elif isinstance(event, h11.EndOfMessage):
-                out.send((END,))
-                return True
-            else:  # ConnectionClosed before the end
-                raise h11.RemoteProtocolError("the recording proxy closed the response")
-    except (h11.ProtocolError, OSError) as e:
-        if not headed:
-            error_response(out, 502, f"ssetape: relaying a miss failed: {e}")
-            return True
-        out.abort()  # cut where the upstream (or the proxy) cut it
-        return False
-    finally:
-        writer.close()
+class Claims:
+    """Which worker of ``ssetape replay --workers N`` records a miss: one lock file per match
+    key in a directory they share, taken with ``flock`` (the kernel gives it back if its
+    holder dies). Within a process, identical misses already wait for one of them, so each
+    process asks for a key once at a time."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    async def take(self, key: str) -> int:
+        """Wait until no other process records ``key``: a descriptor to :meth:`give_back`."""
+        fd = os.open(os.path.join(self.directory, key), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    # Held for a whole live stream: a few checks a second cost nothing.
+                    await asyncio.sleep(CLAIM_POLL)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @staticmethod
+    def give_back(fd: int) -> None:
+        os.close(fd)  # and with it the lock
 
 
 class Episodes:
     """Misses of a replay that records new episodes: each relayed once, the identical ones
-    that arrive meanwhile held until its recording joins the tape."""
+    that arrive meanwhile held until its recording joins the tape (in this process, and with
+    ``claims`` in every worker that shares them)."""
 
-    def __init__(self, index: RequestIndex, port: int, *, coalesce: bool = True) -> None:
+    def __init__(
+        self, index: RequestIndex, port: int, *, coalesce: bool = True, claims: str | None = None
+    ) -> None:
         self.index = index
-        self.port = port
+        self.relay = Relay(port)  # to the recording proxy, on kept connections
         self.coalesce = coalesce
+        self.claims = Claims(claims) if claims and coalesce else None
         self.recorded = 0  # misses relayed to the recording proxy
         self._pending: dict[str, asyncio.Future[None]] = {}
+        self._joined: dict[str, float] = {}  # key -> when its last recording joined the tape
+        self._waiting: dict[str, tuple[int, float, asyncio.Future[None]]] = {}
+        self._poller: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def answer(
@@ -210,49 +192,111 @@ class Episodes:
         out: ResponseWriter[Any],
         request: tuple[list[bytes], dict[bytes, bytes], bytes],
         match: tuple[str, str, str],
+        at: float,
+        key: str | None = None,
     ) -> bool:
-        """Answer a miss: relay it, or wait for the identical one being recorded and then
-        answer as the tape does (``again``: the front's answer, with offset zero given)."""
+        """Answer a miss that arrived at ``at``: relay it, or wait for the identical one
+        being recorded and then answer as the tape does (``again``: the front's answer,
+        with offset zero given; ``key``: the request's match key, if known)."""
         request_line, headers, body = request
         method, host, target = match
         what = f"{method} {host}{target}"
         if not self.coalesce:
             self.recorded += 1
             log.info("ssetape: recording %s (a miss)", what)
-            return await relay(self.port, out, request_line, headers, body)
+            return await self.relay.send(out, request_line, headers, body)
         loop = asyncio.get_running_loop()
-        key = await loop.run_in_executor(None, self.index.key, method, host, target, body or None)
+        if key is None:
+            args = (method, host, target, body or None)
+            # As a lookup: a small body is hashed right here, a big one in a thread.
+            big = len(body) > INLINE_BODY
+            key = (
+                await loop.run_in_executor(None, self.index.key, *args)
+                if big
+                else self.index.key(*args)
+            )
+        if self._joined.get(key, -1.0) >= at:
+            # Its lookup ran before a recording of it joined: that one answers it now.
+            return await again(time.monotonic())
         if (pending := self._pending.get(key)) is not None:
             await asyncio.shield(pending)
             return await again(time.monotonic())  # replayed from it now (or its turn comes)
         done: asyncio.Future[None] = loop.create_future()
         self._pending[key] = done
         had = self.index.recordings(key)
+        claim = None
+        try:
+            if self.claims is not None:
+                claim = await self.claims.take(key)
+                # Another worker may have stored it since this request missed.
+                await loop.run_in_executor(None, self.index.refresh)
+                if self.index.recordings(key) > had:
+                    self.claims.give_back(claim)
+                    claim = None
+                    self._release(key, done)
+                    return await again(time.monotonic())
+        except BaseException:
+            if claim is not None:
+                Claims.give_back(claim)
+            self._release(key, done)
+            raise
         self.recorded += 1
         log.info("ssetape: recording %s (a miss)", what)
         try:
-            return await relay(self.port, out, request_line, headers, body)
+            return await self.relay.send(out, request_line, headers, body)
         finally:
             # Held until the recorder stored it (the next identical request is then a hit),
             # but not by this connection: its next request may be another.
-            task = loop.create_task(self._settle(key, had, done))
+            task = loop.create_task(self._settle(key, had, done, claim))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _settle(self, key: str, had: int, done: asyncio.Future[None]) -> None:
-        try:
-            await self._joined(key, had)
-        finally:
-            if self._pending.get(key) is done:
-                del self._pending[key]
+    def _release(self, key: str, done: asyncio.Future[None]) -> None:
+        if self._pending.get(key) is done:
+            del self._pending[key]
+        if not done.done():
             done.set_result(None)
 
-    async def _joined(self, key: str, had: int) -> None:
+    async def _settle(
+        self, key: str, had: int, done: asyncio.Future[None], claim: int | None
+    ) -> None:
+        try:
+            if await self._stored(key, had):
+                if len(self._joined) >= JOINED_KEPT:
+                    self._joined.clear()  # only requests in flight at a join need it
+                self._joined[key] = time.monotonic()
+        finally:
+            if claim is not None:
+                Claims.give_back(claim)
+            self._release(key, done)
+
+    async def _stored(self, key: str, had: int) -> bool:
+        """Wait until the index holds a new recording of ``key`` (JOIN_TIMEOUT at most)."""
+        joined: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = (had, time.monotonic() + JOIN_TIMEOUT, joined)
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        try:
+            await joined
+            return True
+        except TimeoutError:
+            log.warning("ssetape: a recorded miss was not stored within %gs", JOIN_TIMEOUT)
+            return False
+        finally:
+            self._waiting.pop(key, None)
+
+    async def _poll(self) -> None:
+        """One refresh of the index at a time for every miss being stored (a burst of
+        distinct misses would otherwise read the store once each, every poll)."""
         loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + JOIN_TIMEOUT
-        while time.monotonic() < deadline:
-            await loop.run_in_executor(None, self.index.refresh)
-            if self.index.recordings(key) > had:
-                return
+        while self._waiting:
             await asyncio.sleep(JOIN_POLL)
-        log.warning("ssetape: a recorded miss was not stored within %gs", JOIN_TIMEOUT)
+            await loop.run_in_executor(None, self.index.refresh)
+            now = time.monotonic()
+            for key, (had, deadline, joined) in list(self._waiting.items()):
+                if joined.done():
+                    continue
+                if self.index.recordings(key) > had:
+                    joined.set_result(None)
+                elif now > deadline:
+                    joined.set_exception(TimeoutError())

@@ -8,8 +8,10 @@ connection, request index and player, so a burst costs each loop a share.
 The process that runs ``ssetape replay`` is worker 0; it starts the others as
 ``python -m ssetape.replay.direct_front``, each reading its settings as one JSON line on
 standard input (:class:`WorkerSpec`), printing ``ready`` once it listens, and ``counts HITS
-MISSES`` when it stops: on SIGTERM, or when its standard input closes (its parent went away).
-Each worker keeps its own order for a request recorded several times.
+MISSES RECORDED`` when it stops: on SIGTERM, or when its standard input closes (its parent
+went away). Each worker keeps its own order for a request recorded several times. In record
+mode new_episodes each relays its misses to the one recording proxy (its port in the spec)
+and claims a miss before it records it (see :class:`~ssetape.replay.episodes.Claims`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class WorkerSpec:
     redact_fields: list[str]
     confdir: str | None
     slots: int  # handshakes each process lets run at once (its share of one budget)
+    recorder: int | None = None  # new_episodes: the recording proxy's port, one for all
+    claims: str | None = None  # new_episodes: where a worker claims the miss it records
+    log: list[str] | None = None  # worker 0's log lines: [instance name, format]
 
     def to_line(self) -> bytes:
         return orjson.dumps(asdict(self)) + b"\n"
@@ -80,9 +85,10 @@ class FrontWorkers:
                 said = line.decode(errors="replace") or "nothing"
                 raise RuntimeError(f"a replay worker did not start (it said {said})")
 
-    def stop(self) -> tuple[int, int]:
-        """Stop every worker: (requests replayed, requests missed) over all of them."""
-        hits = misses = 0
+    def stop(self) -> tuple[int, int, int]:
+        """Stop every worker: (requests replayed, requests missed, misses relayed to be
+        recorded) over all of them."""
+        hits = misses = recorded = 0
         for p in self.procs:
             with contextlib.suppress(OSError):
                 p.terminate()
@@ -94,10 +100,11 @@ class FrontWorkers:
                 out, _ = p.communicate()
             for line in out.splitlines():
                 words = line.split()
-                if len(words) == 3 and words[0] == b"counts":
+                if len(words) == 4 and words[0] == b"counts":
                     hits, misses = hits + int(words[1]), misses + int(words[2])
+                    recorded += int(words[3])
         self.procs.clear()
-        return hits, misses
+        return hits, misses, recorded
 
 
 def _line(p: subprocess.Popen[bytes], timeout: float) -> bytes:
