@@ -30,6 +30,7 @@ __all__ = [
     "axis_lines",
     "fit",
     "glyph",
+    "header_line",
 ]
 
 _LEGEND = "· 1  • 2-9  ● 10-99  █ 100+ events per cell"
@@ -81,18 +82,7 @@ class TimelineChart:
         return Group(*lines)
 
     def _header(self, width: int) -> Text:
-        tl = self.timeline
-        stats = tl.summary()
-        head = Text()
-        title = clean(tl.title, CONTROL)
-        if title:
-            room = width - len(stats) - 3
-            if room >= 8:
-                head.append(Text(title, style="bold"))
-                head.truncate(room, overflow="ellipsis")
-                head.append(" · ")
-        head.append(stats)
-        return fit(head, width)
+        return header_line(self.timeline.title, self.timeline.summary(), width)
 
     def _marker_rows(self, width: int, col: Callable[[int], int]) -> list[Text]:
         """▼ TTFB and ▼ TTFT over their columns: one row when both labels fit, else two."""
@@ -127,6 +117,20 @@ class TimelineChart:
 
     def _axis(self, cells: int, width: int) -> list[Text]:
         return axis_lines(self.timeline.span_us, cells, width)
+
+
+def header_line(title: str, stats: str, width: int) -> Text:
+    """A chart's first line: its title (control characters shown, cut to fit), then its
+    figures; the title is left out where fewer than 8 columns would show of it."""
+    head = Text()
+    shown = clean(title, CONTROL)
+    room = width - len(stats) - 3
+    if shown and room >= 8:
+        head.append(Text(shown, style="bold"))
+        head.truncate(room, overflow="ellipsis")
+        head.append(" · ")
+    head.append(stats)
+    return fit(head, width)
 
 
 def axis_lines(span_us: int, cells: int, width: int) -> list[Text]:

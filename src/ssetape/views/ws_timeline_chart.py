@@ -15,8 +15,8 @@ from rich.text import Text
 
 from ssetape.analysis.turns import Turn
 from ssetape.views.escape import cell
-from ssetape.views.timeline import CONTROL, TTFT_STYLE, clean, fmt_us
-from ssetape.views.timeline_chart import axis_lines, fit, glyph
+from ssetape.views.timeline import TTFT_STYLE, fmt_us
+from ssetape.views.timeline_chart import axis_lines, fit, glyph, header_line
 from ssetape.views.ws_timeline import ASK, CONTENT, ERROR, LANES, SessionTimeline
 from ssetape.vocabulary import ERROR_OUTCOMES, Outcome
 
@@ -70,17 +70,7 @@ class SessionChart:
         return Group(*lines)
 
     def _header(self, width: int) -> Text:
-        tl = self.timeline
-        stats = tl.summary()
-        head = Text()
-        title = clean(tl.title, CONTROL)
-        room = width - len(stats) - 3
-        if title and room >= 8:
-            head.append(Text(title, style="bold"))
-            head.truncate(room, overflow="ellipsis")
-            head.append(" · ")
-        head.append(stats)
-        return fit(head, width)
+        return header_line(self.timeline.title, self.timeline.summary(), width)
 
     def _turns_row(self, count_w: int) -> Text:
         """Each turn from its start to its end, numbered where its number fits."""
