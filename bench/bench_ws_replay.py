@@ -26,18 +26,18 @@ import os
 import random
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
 import orjson
 from websockets.asyncio.client import connect as connect_async
 from websockets.exceptions import ConnectionClosed
-from websockets.sync.server import Server, ServerConnection, serve
+from websockets.sync.server import ServerConnection
 
 from bench.bench_record import BIN, free_port, process
+from bench.ws_fake_realtime import serving
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
@@ -79,15 +79,8 @@ class Upstream:
         except ConnectionClosed:
             pass
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[str]:
-        server: Server
-        with serve(self.handle, "127.0.0.1", 0) as server:
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            try:
-                yield f"http://127.0.0.1:{server.socket.getsockname()[1]}"
-            finally:
-                server.shutdown()
+    def running(self) -> contextlib.AbstractContextManager[str]:
+        return serving(self.handle)
 
 
 Heard = tuple[float, list[tuple[float, bytes]]]  # when the client's frame went; the answer

@@ -20,7 +20,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import orjson
@@ -134,13 +134,19 @@ class FakeRealtime:
             "output": [done_item], "usage": USAGE,
         }})  # fmt: skip
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[str]:
+    def running(self) -> contextlib.AbstractContextManager[str]:
         """Serve on a loopback port; yields its http:// URL (a reverse proxy's target)."""
-        server: Server
-        with serve(self.handle, "127.0.0.1", 0) as server:
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            try:
-                yield f"http://127.0.0.1:{server.socket.getsockname()[1]}"
-            finally:
-                server.shutdown()
+        return serving(self.handle)
+
+
+@contextlib.contextmanager
+def serving(handle: Callable[[ServerConnection], None]) -> Iterator[str]:
+    """A WebSocket server of ``handle`` on a loopback port, in a thread; yields its http://
+    URL (a reverse proxy's target)."""
+    server: Server
+    with serve(handle, "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.socket.getsockname()[1]}"
+        finally:
+            server.shutdown()
