@@ -117,11 +117,35 @@ class _Signals:
         self.child: subprocess.Popen[bytes] | None = None
         self.received: int | None = None
         self.stopped = threading.Event()
+        self._forwarded = False
         self._old = {sig: signal.signal(sig, self._handle) for sig in FORWARDED}
 
     def _handle(self, sig: int, frame: FrameType | None) -> None:
         self.received = sig
         self.stopped.set()
+        if self.child is not None:
+            self._forward(sig)
+
+    def adopt(self, child: subprocess.Popen[bytes]) -> None:
+        """The command has started: from now on signals go to it, and one that came while it
+        was starting (after the check before it, before this) goes to it now."""
+        self.child = child
+        if self.received is not None and not self._forwarded:
+            self._forward(self.received)
+
+    def wait(self, child: subprocess.Popen[bytes]) -> int:
+        """The command's exit status. Polled, not one blocking wait: the kernel may hand a
+        signal to the proxy's thread, and Python runs its handler in the main thread only
+        once that thread wakes; a main thread blocked in waitpid() would never pass it on
+        to the command, and the command would never end."""
+        while True:
+            try:
+                return child.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _forward(self, sig: int) -> None:
+        self._forwarded = True
         if self.child is not None and not _terminal_sent(sig):
             self.child.send_signal(sig)
 
@@ -268,8 +292,8 @@ def _run_command(command: tuple[str, ...], proxy_url: str, confdir: Path, signal
         except OSError as e:
             click.echo(f"ssetape run: {command[0]}: {e.strerror}", err=True)
             return NOT_EXECUTABLE
-        signals.child = child
-        return _exit_code(child.wait())
+        signals.adopt(child)
+        return _exit_code(signals.wait(child))
 
 
 def _raise_start_error(error: BaseException, port: int) -> None:
