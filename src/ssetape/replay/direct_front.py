@@ -219,6 +219,7 @@ class DirectFront:
                 self.episodes.relay.close()
             hits, misses = self.hits, self.misses
             relayed = self.episodes.recorded if self.episodes else 0
+            misses += self.episodes.unreached if self.episodes else 0
             if workers is not None:
                 more = await loop.run_in_executor(None, workers[0].stop)
                 hits, misses, relayed = hits + more[0], misses + more[1], relayed + more[2]

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ssetape.replay.relay import Relay
+from ssetape.replay.relay import UNREACHED, Relay, Relayed
 from ssetape.replay.request_index import RequestIndex
 from ssetape.replay.responder import ResponseWriter
 from ssetape.vocabulary import INLINE_BODY
@@ -179,7 +179,8 @@ class Episodes:
         self.relay = Relay(port)  # to the recording proxy, on kept connections
         self.coalesce = coalesce
         self.claims = Claims(claims) if claims and coalesce else None
-        self.recorded = 0  # misses relayed to the recording proxy
+        self.recorded = 0  # misses the recording proxy answered (so the recorder stores them)
+        self.unreached = 0  # misses the recording proxy never had (counted as missed)
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._joined: dict[str, float] = {}  # key -> when its last recording joined the tape
         self._waiting: dict[str, tuple[int, float, asyncio.Future[None]]] = {}
@@ -202,9 +203,8 @@ class Episodes:
         method, host, target = match
         what = f"{method} {host}{target}"
         if not self.coalesce:
-            self.recorded += 1
             log.info("ssetape: recording %s (a miss)", what)
-            return await self.relay.send(out, request_line, headers, body)
+            return self._count(await self.relay.send(out, request_line, headers, body))
         loop = asyncio.get_running_loop()
         if key is None:
             args = (method, host, target, body or None)
@@ -240,16 +240,34 @@ class Episodes:
                 Claims.give_back(claim)
             self._release(key, done)
             raise
-        self.recorded += 1
         log.info("ssetape: recording %s (a miss)", what)
+        relayed = UNREACHED  # if cancelled before the proxy answered: nothing to wait for
         try:
-            return await self.relay.send(out, request_line, headers, body)
+            relayed = await self.relay.send(out, request_line, headers, body)
+            return self._count(relayed)
         finally:
-            # Held until the recorder stored it (the next identical request is then a hit),
-            # but not by this connection: its next request may be another.
-            task = loop.create_task(self._settle(key, had, done, claim))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if relayed.reached:
+                # Held until the recorder stored it (the next identical request is then a
+                # hit), but not by this connection: its next request may be another.
+                task = loop.create_task(self._settle(key, had, done, claim))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                # The recording proxy never had it (down, or closed first): no recording is
+                # coming, and the identical misses waiting are relayed in turn at once
+                # rather than after JOIN_TIMEOUT.
+                if claim is not None:
+                    Claims.give_back(claim)
+                self._release(key, done)
+
+    def _count(self, relayed: Relayed) -> bool:
+        """Counted as recorded when the recording proxy had it (the stop line's figure)."""
+        if relayed.reached:
+            self.recorded += 1
+        else:  # answered by our 502, which says why: a miss neither replayed nor recorded
+            self.unreached += 1
+            log.warning("ssetape: a miss was not recorded: the recording proxy did not take it")
+        return relayed.going_on
 
     def _release(self, key: str, done: asyncio.Future[None]) -> None:
         if self._pending.get(key) is done:

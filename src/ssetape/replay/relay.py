@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import h11
@@ -21,7 +21,7 @@ import h11
 from ssetape.replay.responder import ResponseWriter, error_response
 from ssetape.replay.response_parts import END, Body, Head
 
-__all__ = ["HOP", "Relay"]
+__all__ = ["HOP", "Relay", "Relayed"]
 
 log = logging.getLogger("ssetape.replay")
 
@@ -43,6 +43,18 @@ class _Connection:
         return not (self.writer.is_closing() or self.reader.at_eof())
 
 
+class Relayed(NamedTuple):
+    """What became of a relayed miss."""
+
+    going_on: bool  # the client's connection can go on (False once its answer was cut)
+    # The recording proxy answered (its head came back), so the recorder stores the exchange;
+    # else the proxy never had it (down, or it closed first) and nothing is to be waited for.
+    reached: bool
+
+
+UNREACHED = Relayed(going_on=True, reached=False)  # a 502 of ours answered it
+
+
 class _Stale(Exception):
     """A kept connection was closed before it answered: the request is sent anew."""
 
@@ -60,9 +72,8 @@ class Relay:
         request_line: list[bytes],
         headers: dict[bytes, bytes],
         body: bytes,
-    ) -> bool:
-        """Send the request and stream its answer to ``out`` as it arrives: False once the
-        answer was cut (the client's connection cannot go on)."""
+    ) -> Relayed:
+        """Send the request and stream its answer to ``out`` as it arrives."""
         target = request_line[1] if len(request_line) > 1 else b"/"
         fields = [(k, v) for k, v in headers.items() if k not in HOP]
         if b"host" not in headers:
@@ -74,8 +85,7 @@ class Relay:
         try:
             conn = kept or await self._open()
         except OSError as e:
-            error_response(out, 502, f"ssetape: the recording proxy cannot be reached: {e}")
-            return True
+            return _unreached(out, e)
         try:
             return await self._exchange(conn, out, request, kept is not None)
         except _Stale:
@@ -83,8 +93,7 @@ class Relay:
             try:
                 conn = await self._open()
             except OSError as e:
-                error_response(out, 502, f"ssetape: the recording proxy cannot be reached: {e}")
-                return True
+                return _unreached(out, e)
             return await self._exchange(conn, out, request, False)
 
     async def _exchange(
@@ -93,7 +102,7 @@ class Relay:
         out: ResponseWriter[Any],
         request: tuple[h11.Request, h11.Data, h11.EndOfMessage],
         kept: bool,
-    ) -> bool:
+    ) -> Relayed:
         headed = heard = done = False
         try:
             for message in request:
@@ -123,7 +132,7 @@ class Relay:
                 elif isinstance(event, h11.EndOfMessage):
                     out.send((END,))
                     done = True
-                    return True
+                    return Relayed(going_on=True, reached=True)
                 else:  # ConnectionClosed before the end
                     raise h11.RemoteProtocolError("the recording proxy closed the response")
         except ConnectionError:
@@ -136,12 +145,12 @@ class Relay:
             self._give_back(conn, done)
 
     @staticmethod
-    def _failed(out: ResponseWriter[Any], headed: bool, why: str) -> bool:
+    def _failed(out: ResponseWriter[Any], headed: bool, why: str) -> Relayed:
         if not headed:
             error_response(out, 502, f"ssetape: relaying a miss failed: {why}")
-            return True
+            return UNREACHED
         out.abort()  # cut where the upstream (or the proxy) cut it
-        return False
+        return Relayed(going_on=False, reached=True)
 
     async def _open(self) -> _Connection:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -169,3 +178,8 @@ class Relay:
         for conn in self._idle:
             conn.writer.close()
         self._idle.clear()
+
+
+def _unreached(out: ResponseWriter[Any], e: OSError) -> Relayed:
+    error_response(out, 502, f"ssetape: the recording proxy cannot be reached: {e}")
+    return UNREACHED
