@@ -41,6 +41,8 @@ from urllib.parse import urlsplit
 from ssetape.replay.relay import UNREACHED, Relay, Relayed
 from ssetape.replay.request_index import RequestIndex
 from ssetape.replay.responder import ResponseWriter
+from ssetape.replay.ws_relay import relay_session
+from ssetape.replay.ws_session import WsUpgrade
 from ssetape.vocabulary import INLINE_BODY
 
 __all__ = ["Claims", "Episodes", "RecordingChild", "recording_args"]
@@ -202,6 +204,11 @@ class Episodes:
         request_line, headers, body = request
         method, host, target = match
         what = f"{method} {host}{target}"
+        upgrade = getattr(out, "upgrade", None)
+        if isinstance(upgrade, WsUpgrade):  # a session: each is its own (see ws_relay)
+            log.info("ssetape: recording %s (a WebSocket session that missed)", what)
+            relayed = await relay_session(self.relay.port, out, upgrade, request_line, headers)
+            return self._count(relayed)
         if not self.coalesce:
             log.info("ssetape: recording %s (a miss)", what)
             return self._count(await self.relay.send(out, request_line, headers, body))

@@ -21,7 +21,7 @@ import h11
 from ssetape.replay.responder import ResponseWriter, error_response
 from ssetape.replay.response_parts import END, Body, Head
 
-__all__ = ["HOP", "Relay", "Relayed"]
+__all__ = ["HOP", "UNREACHED", "Relay", "Relayed", "unreached"]
 
 log = logging.getLogger("ssetape.replay")
 
@@ -85,7 +85,7 @@ class Relay:
         try:
             conn = kept or await self._open()
         except OSError as e:
-            return _unreached(out, e)
+            return unreached(out, e)
         try:
             return await self._exchange(conn, out, request, kept is not None)
         except _Stale:
@@ -93,7 +93,7 @@ class Relay:
             try:
                 conn = await self._open()
             except OSError as e:
-                return _unreached(out, e)
+                return unreached(out, e)
             return await self._exchange(conn, out, request, False)
 
     async def _exchange(
@@ -180,6 +180,7 @@ class Relay:
         self._idle.clear()
 
 
-def _unreached(out: ResponseWriter[Any], e: OSError) -> Relayed:
+def unreached(out: ResponseWriter[Any], e: OSError) -> Relayed:
+    """Ssetape's 502 for a miss the recording proxy never had."""
     error_response(out, 502, f"ssetape: the recording proxy cannot be reached: {e}")
     return UNREACHED
