@@ -51,7 +51,9 @@ def test_a_signal_handed_to_another_thread_reaches_the_command(
 ) -> None:
     signals.adopt(command)
     # The kernel may deliver a process's signal to any of its threads, here the proxy's.
-    other = threading.Thread(target=lambda: signal.pthread_kill(threading.get_ident(), signal.SIGTERM))
+    other = threading.Thread(
+        target=lambda: signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    )
     other.start()
     other.join()
     assert signals.wait(command) == SIGTERM_CODE
