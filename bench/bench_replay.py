@@ -45,6 +45,7 @@ import orjson
 
 from bench.bench_record import BIN, free_port, process
 from ssetape.framing.sse import SseParser
+from ssetape.simulator.routes import plan
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
@@ -241,6 +242,26 @@ def states(tape: Path, before: int) -> dict[str, int]:
     return out
 
 
+def recorded_gaps(tape: Path, before: int) -> list[float]:
+    """How faithfully a new_episodes target recorded its misses while the hits played: each
+    stored gap against the one the simulator planned for that request (ms). The recording
+    becomes the tape, so a recording side starved of CPU in a burst would show here."""
+    errors: list[float] = []
+    with Store.open(str(tape), create=False) as store:
+        q = Queries(store)
+        for x in sorted(q.exchanges(), key=lambda x: x.id)[before:]:
+            if x.state != "completed" or x.request_body is None:
+                continue
+            planned = plan("POST", "/v1/chat/completions", {}, x.request_body).chunks
+            stored = [e.offset_us / 1e6 for e in q.events(x.id)]
+            if len(stored) != len(planned):
+                raise RuntimeError(f"exchange {x.id}: {len(stored)} events, planned {len(planned)}")
+            for k in range(1, len(stored)):
+                want = planned[k].at - planned[k - 1].at
+                errors.append(abs((stored[k] - stored[k - 1]) - want) * 1000)
+    return errors
+
+
 async def record_all(port: int, events: int) -> None:
     await asyncio.gather(*(fetch(port, body(i, events)) for i in range(RECORDINGS)))
 
@@ -376,7 +397,8 @@ def replay_all(args: argparse.Namespace, up: str, ports: tuple[int, int], db: Pa
             table += [(name, n, summary(pooled[name])) for name in chosen]
             print(f"done: x{n}", file=sys.stderr)
     # The recording proxies stored what they had before their replay stopped.
-    stored = [(name, sent[name], states(Path(own[name][1]), len(rows))) for name in own]
+    stored = [(name, sent[name], states(Path(own[name][1]), len(rows)),
+               recorded_gaps(Path(own[name][1]), len(rows))) for name in own]  # fmt: skip
     instant: list[tuple[str, float]] = []
     for name, (cmd, way) in chosen.items():
         if name.startswith("mitmdump"):
@@ -400,9 +422,11 @@ def replay_all(args: argparse.Namespace, up: str, ports: tuple[int, int], db: Pa
     for name, n, r in table:
         print(f"| {name} | {n} | {r['ttfb_p50']:.2f} | {r['ttfb_p95']:.2f} | {r['gap_p50']:.2f} "
               f"| {r['gap_p95']:.2f} | {r['gap_max']:.2f} | {r['setup_p95']:.1f} |")  # fmt: skip
-    for name, count, by_state in stored:
+    for name, count, by_state, gaps in stored:
         said = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())) or "none"
-        print(f"\n{name}: {count} misses sent during the bursts, stored: {said}")
+        kept = f"p50 {statistics.median(gaps):.2f}, p95 {pct(gaps, 0.95):.2f} ms" if gaps else "-"
+        print(f"\n{name}: {count} misses sent during the bursts, stored: {said}; their stored "
+              f"gaps against the simulator's plan: {kept}")  # fmt: skip
     print(f"\n--speed 0: slowest of the {RECORDINGS} recordings to arrive whole (one at a time; "
           "recorded: ~0.8 s each), ms\n")  # fmt: skip
     print("| replayer | slowest, ms |\n|---|---:|")
