@@ -28,7 +28,16 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
-__all__ = ["BINARY", "TEXT", "Closed", "HandshakeRefused", "Received", "WebSocket", "frame"]
+__all__ = [
+    "BINARY",
+    "TEXT",
+    "Closed",
+    "HandshakeRefused",
+    "Received",
+    "WebSocket",
+    "frame",
+    "payload_of",
+]
 
 TEXT, BINARY = 0x1, 0x2
 MAX_REASON = 123  # bytes of a close reason: a control frame's payload is 125 at most
@@ -45,6 +54,12 @@ def frame(opcode: int, payload: bytes) -> bytes:
     else:
         head = struct.pack("!BBQ", first, 127, n)
     return head + payload
+
+
+def payload_of(framed: bytes) -> bytes:
+    """The payload of a frame :func:`frame` made (unmasked, its length in its header)."""
+    n = framed[1] & 0x7F
+    return framed[2 if n < 126 else 4 if n == 126 else 10 :]
 
 
 def short_reason(reason: str) -> str:

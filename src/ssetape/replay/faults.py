@@ -17,7 +17,9 @@ Specs, one fault each::
 Events are the recording's stored events (wire chunks for an encoded stream), counted from
 the first. Times are wall-clock: at ``--speed 0`` a stall still stalls and a cut still waits.
 ``times=K``: the fault serves the first K requests (status: 1 unless said), then the recording
-plays as usual; stream faults apply to every streamed recording unless limited so.
+plays as usual; stream faults apply to every streamed recording unless limited so. A WebSocket
+session takes them as a stream does, counted in its server frames
+(:mod:`ssetape.replay.ws_faults` says what each kind does there).
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ class Player:
         self._cache_bytes = cache_bytes
         self.held = 0  # bytes the cached playbacks hold
         self._lock = threading.Lock()  # loads run in executor threads
-        self.sessions = WsPlayer(store)  # WebSocket sessions, for upgrade requests
+        # WebSocket sessions, for upgrade requests (played with the faults too).
+        self.sessions = WsPlayer(store, faults=faults)
 
     def preload(self, ids: Sequence[int]) -> None:
         """Load recordings (``ids`` oldest first) newest first, until the cache is full by

@@ -17,6 +17,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ssetape.replay.faults import Faults
+from ssetape.replay.ws_faults import SessionFaults
 from ssetape.replay.ws_miss import FrameRules
 from ssetape.replay.ws_recording import WsRecording
 from ssetape.replay.ws_session import WsSession, WsUpgrade
@@ -48,7 +50,16 @@ _UNKNOWN = object()  # not in the cache
 
 
 class WsPlayer:
-    def __init__(self, store: Store) -> None:
+    """``faults``: the replay's (each session takes those that still serve, as a stream
+    does)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        faults: Faults | None = None,
+    ) -> None:
+        self.faults = faults
         self._frames = SessionFrames(store)
         self._cache: OrderedDict[int, _Loaded | None] = OrderedDict()  # None: not a session
         self._held = 0
@@ -115,5 +126,6 @@ class WsPlayer:
             recording = await loop.run_in_executor(None, self.load, exchange_id, rules.ignore)
         if recording is None:
             return None
-        await WsSession(recording, upgrade, t0=t0, speed=speed, rules=rules).run()
+        faults = SessionFaults.of(self.faults.for_stream()) if self.faults else None
+        await WsSession(recording, upgrade, t0=t0, speed=speed, rules=rules, faults=faults).run()
         return False

@@ -74,6 +74,7 @@ class ClientFrame:
 
 @dataclass(frozen=True, slots=True)
 class ServerFrame:
+    index: int  # among the server frames, from 0: what a fault's event=N counts
     seq: int
     offset_us: int
     anchor: int  # the index of the client frame it answers; UPGRADE: none
@@ -101,6 +102,7 @@ class WsRecording:
     clients: tuple[ClientFrame, ...]
     servers: tuple[ServerFrame, ...]
     end: End
+    api: str | None  # the session API's name (analysis.sessions), None: not one it knows
     error_events: bool  # a miss is answered by an `error` event (OpenAI), else a close 1008
     ignore: tuple[str, ...]  # the fields client frames were compared without
     size: int  # bytes held (what a cache counts)
@@ -130,8 +132,8 @@ class WsRecording:
             anchor = latest.get(lane, last) if lane is not None else last
             at = anchor.offset_us if anchor is not None else 0
             servers.append(ServerFrame(
-                seq, off, anchor.index if anchor is not None else UPGRADE, max(off - at, 0),
-                lane, frame(BINARY if binary else TEXT, raw),
+                len(servers), seq, off, anchor.index if anchor is not None else UPGRADE,
+                max(off - at, 0), lane, frame(BINARY if binary else TEXT, raw),
             ))  # fmt: skip
         final = max([head.duration_us or 0, *(s.offset_us for s in servers[-1:])])
         at = last.offset_us if last is not None else 0
@@ -146,6 +148,7 @@ class WsRecording:
             clients=tuple(clients),
             servers=tuple(servers),
             end=end,
+            api=rules.name if rules is not None else None,
             error_events=rules is not None and rules.name in _OPENAI,
             ignore=drop,
             size=sum(len(r.raw) for r in rows) * 2,  # payloads, and the framed copies

@@ -8,6 +8,8 @@ The HTTP/1.1 server sees an upgrade request and hands its connection over
 ahead, as the HTTP player's; the client's frames are read as they come and matched in order
 (per ``stream_id``). A client frame that differs is a miss: told on the log as an HTTP miss is,
 and answered at once (:mod:`ssetape.replay.ws_miss`).
+Replay faults (``--fault``) cut, stall or end the session as :mod:`ssetape.replay.ws_faults`
+says.
 """
 
 from __future__ import annotations
@@ -17,8 +19,18 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ssetape.framing.websocket import TEXT, Closed, HandshakeRefused, Received, WebSocket, frame
+from ssetape.framing.websocket import (
+    TEXT,
+    Closed,
+    HandshakeRefused,
+    Received,
+    WebSocket,
+    frame,
+    payload_of,
+)
+from ssetape.replay.faults import FaultKind
 from ssetape.replay.stamped_reader import arrival
+from ssetape.replay.ws_faults import ERROR_CLOSE, SessionFaults, fault_event
 from ssetape.replay.ws_miss import POLICY, FrameRules, error_event, frame_miss
 from ssetape.replay.ws_recording import UPGRADE, Ending, ServerFrame, WsRecording, canonical_frame
 
@@ -65,7 +77,8 @@ class WsUpgrade:
 
 class WsSession:
     """One replay of ``recording`` on ``upgrade``'s connection; offset zero ``t0`` (a
-    ``time.monotonic()`` value: when the upgrade request was in)."""
+    ``time.monotonic()`` value: when the upgrade request was in). ``faults``: those it is
+    played with."""
 
     def __init__(
         self,
@@ -75,12 +88,14 @@ class WsSession:
         t0: float,
         speed: float,
         rules: FrameRules,
+        faults: SessionFaults | None = None,
     ) -> None:
         self.rec = recording
         self.up = upgrade
         self.transport = upgrade.writer.transport
         self.speed = speed
         self.rules = rules
+        self.faults = faults
         self.request = upgrade.request  # "GET host/path", as a miss names it
         self.loop = asyncio.get_running_loop()
         self.base = self.loop.time() - (time.monotonic() - t0)  # t0 on the loop's clock
@@ -90,13 +105,17 @@ class WsSession:
         for c in recording.clients:
             self.expect.setdefault(c.lane, []).append(c.index)
         self.matched: dict[str | None, int] = {}  # how many of each stream came
+        # A fault that ends the session after N server frames: the others never go out.
+        limit = faults.limit if faults is not None else None
+        self.hold = faults.holds(recording.servers) if faults else [0.0] * len(recording.servers)
         self.queues: dict[str | None, list[ServerFrame]] = {}
-        for s in recording.servers:
+        for s in recording.servers[:limit]:
             self.queues.setdefault(s.lane, []).append(s)
         self.sent: dict[str | None, int] = dict.fromkeys(self.queues, 0)
         self.last_due: dict[str | None, float] = {}
         self.timers: dict[str | None, asyncio.TimerHandle] = {}
         self.ending: asyncio.TimerHandle | None = None
+        self.cutting: asyncio.TimerHandle | None = None  # cut:ms
         self.opened = self.base  # when the 101 went out
         self.heard = 0  # client frames so far
         self.misses = 0
@@ -121,6 +140,10 @@ class WsSession:
         # Nothing goes before the 101, whatever the recording says.
         self.last_due = dict.fromkeys(self.queues, opened)
         self.opened = opened
+        if self.faults is not None and self.faults.cut_at is not None:
+            # Wall-clock from the request, as an HTTP stream's; never before the 101.
+            at = max(self.base + self.faults.cut_at, opened)
+            self.cutting = self.loop.call_at(at, self._cut)
         self._kick()
         try:
             await self._read()
@@ -183,7 +206,7 @@ class WsSession:
         at = self.base if f.anchor == UPGRADE else self.arrived[f.anchor]
         if at is None:
             return None
-        return max(at + self._scaled(f.delta_us), self.last_due[f.lane])
+        return max(at + self._scaled(f.delta_us) + self.hold[f.index], self.last_due[f.lane])
 
     def _kick(self) -> None:
         """Set the timer of every stream whose next frame's time is known."""
@@ -223,24 +246,58 @@ class WsSession:
         self._kick()
 
     def _schedule_end(self) -> None:
-        end = self.rec.end
-        if end.kind is Ending.CLIENT:
+        """Every frame that goes out went: the end is next (the recorded one, or a fault's)."""
+        end, faults = self.rec.end, self.faults
+        anchor, delta = end.anchor, self._scaled(end.delta_us)
+        if faults is not None and faults.cut_at is not None:
+            return  # the cut's timer ends the session
+        if faults is not None and faults.ending is not None:
+            servers = self.rec.servers
+            if faults.ending is FaultKind.CUT or faults.after >= len(servers):
+                anchor, delta = UPGRADE, 0.0  # right after the last frame that went out
+            else:  # the error comes when the frame it replaces would have
+                f = servers[faults.after]
+                anchor, delta = f.anchor, self._scaled(f.delta_us) + self.hold[f.index]
+        elif end.kind is Ending.CLIENT:
             return  # the recorded client closed: so will this one
-        at = self.base if end.anchor == UPGRADE else self.arrived[end.anchor]
+        at = self.base if anchor == UPGRADE else self.arrived[anchor]
         if at is None:
             return  # waits for the client frame it follows (_kick comes again then)
-        due = max(at + self._scaled(end.delta_us), self.opened, *self.last_due.values())
+        due = max(at + delta, self.opened, *self.last_due.values())
         self.ending = self.loop.call_at(due, self._end)
 
     def _end(self) -> None:
         if self.silent:
             return
-        end = self.rec.end
-        if end.kind is Ending.CUT:  # as recorded: the connection closes with no close frame
-            self._stop()
-            self.transport.close()
+        end, faults = self.rec.end, self.faults
+        if faults is not None and faults.ending is FaultKind.ERROR:
+            self._error(faults.after)
+        elif (faults is not None and faults.ending is FaultKind.CUT) or end.kind is Ending.CUT:
+            self._cut()  # as recorded or as the fault says
+        else:
+            self._close(end.code, end.reason)
+
+    def _cut(self) -> None:
+        """The connection closes with no close frame: an abnormal closure (1006)."""
+        if self.silent:
             return
-        self._close(end.code, end.reason)
+        self._stop()
+        self.transport.close()
+
+    def _error(self, after: int) -> None:
+        """The API's error in place of server frame ``after`` and all after it."""
+        servers = self.rec.servers
+        replaces = after < len(servers)
+        near = servers[after] if replaces else servers[-1] if servers else None
+        payload = payload_of(near.framed) if near is not None else None
+        event = fault_event(self.rec.api, payload, replaces=replaces)
+        if event is None:
+            self._close(*ERROR_CLOSE)
+            return
+        # The session stays open, as the API's does; the server says nothing more.
+        self._stop()
+        if not self.transport.is_closing():
+            self.transport.write(frame(TEXT, event))
 
     def _close(self, code: int, reason: str) -> None:
         """Close with ``code``; the connection ends at the client's close, or after
@@ -254,8 +311,7 @@ class WsSession:
     def _stop(self) -> None:
         """No more server frames."""
         self.silent = True
-        for handle in self.timers.values():
-            handle.cancel()
+        for handle in (*self.timers.values(), self.ending, self.cutting):
+            if handle is not None:
+                handle.cancel()
         self.timers.clear()
-        if self.ending is not None:
-            self.ending.cancel()
