@@ -90,7 +90,7 @@ def test_gemini_live_recorded_through_tls(
     # The API version is the SDK's: v1beta up to google-genai 2, v1 from 3.
     assert re.fullmatch(PATH, x.path), x.path
     assert (x.api, x.model, x.outcome, x.fault) == ("gemini_live", MODEL, "completed", None)
-    assert x.output_text == "".join(GEMINI_PARTS) * 2
+    assert x.output_text == "\n".join(["".join(GEMINI_PARTS)] * 2)  # a turn a line
     assert (x.input_tokens, x.output_tokens, x.total_tokens) == (
         2 * GEMINI_USAGE["promptTokenCount"],  # type: ignore[operator]
         2 * GEMINI_USAGE["responseTokenCount"],  # type: ignore[operator]

@@ -135,7 +135,7 @@ def test_the_silence_between_two_responses_is_not_a_gap(
     assert x.outcome == "completed"
     assert x.gap_max_us is not None and x.gap_max_us < 1_000_000
     assert within(x.ttft_us, DELAY)
-    assert x.output_text == "".join(DELTAS) * 2
+    assert x.output_text == "\n".join(["".join(DELTAS)] * 2)  # a response a line
     assert (x.input_tokens, x.output_tokens) == (
         2 * USAGE["input_tokens"],
         2 * USAGE["output_tokens"],

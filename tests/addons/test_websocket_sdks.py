@@ -137,7 +137,8 @@ def test_responses_websocket_session_recorded(
         2 * u["input_tokens"], 2 * u["output_tokens"], 2 * u["total_tokens"],
         2 * u["input_tokens_details"]["cached_tokens"],
     )  # fmt: skip
-    assert x.output_text == "".join(reply("first") + reply("second"))
+    # One response a line, as `show`, the web page and MCP print the session's text.
+    assert x.output_text == "".join(reply("first")) + "\n" + "".join(reply("second"))
     session = (x.details or {})["session"]
     assert session["responses"] == 2
     assert len(session["ttft_us"]) == 2 and all(within(t, DELAY) for t in session["ttft_us"])
@@ -183,7 +184,7 @@ def test_lanes_of_one_socket_are_read_apart(
     )
     assert (x.api, x.outcome, x.model) == ("responses", "completed", MODEL + SNAPSHOT)
     whole = ["".join(reply(lane)) for lane in ("alpha", "beta")]
-    assert x.output_text in (whole[0] + whole[1], whole[1] + whole[0])  # as each completed
+    assert x.output_text in (f"{whole[0]}\n{whole[1]}", f"{whole[1]}\n{whole[0]}")  # as ended
     ttfts = (x.details or {})["session"]["ttft_us"]
     assert len(ttfts) == 2 and all(within(t, DELAY) for t in ttfts)
     # Within a lane, deltas are DELAY apart; across lanes they are a moment apart.

@@ -40,8 +40,9 @@ log = logging.getLogger("ssetape.analysis.knowledge")
 # 6: who failed (fault), and a stream relayed whole but recorded with a gap is not cut;
 # the request's prompt text (request_text: search by prompt); 7: WebSocket sessions read
 # (openai_realtime, gemini_live, Responses WebSocket mode); 8: a session's prompt text, from
-# its client frames.
-ANALYSIS_VERSION = 8
+# its client frames; 9: a session's output text one response a line, and a cut session keeps
+# every Responses WebSocket lane's text so far.
+ANALYSIS_VERSION = 9
 # Rows of a streamed HTTP error read for its body (of which MAX_ERROR_BODY bytes are kept).
 _ERROR_ROWS = 1_000
 

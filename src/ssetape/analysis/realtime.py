@@ -12,7 +12,9 @@ so each response is read by the HTTP Responses rules (:mod:`ssetape.analysis.rul
 into a tally of its own, summed into the session's at its terminal. A ``response.create`` with
 a ``stream_id`` runs in that lane, whose events echo it, and lanes run at once: their events
 interleave on the socket. Each lane keeps its own response state (the frame that asked, the
-turn so far, its last content), so a response's text, TTFT and gaps are its own.
+turn so far, its last content), so a response's text, TTFT and gaps are its own: a response's
+text joins the session's transcript whole at its terminal, and until then the session
+analysis reads it from :func:`unfinished` (a session cut mid-response keeps every lane's).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ssetape.analysis.session_rules import Payload, Session, SessionRules
 from ssetape.analysis.tally import Tally
 from ssetape.vocabulary import Outcome
 
-__all__ = ["RESPONSES_WS", "RULES"]
+__all__ = ["RESPONSES_WS", "RULES", "unfinished"]
 
 _ASKS = frozenset({"response.create"})
 _TEXT = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
@@ -134,32 +136,46 @@ _LaneState = tuple[int | None, bool, int | None, Tally | None]
 
 
 class _Lanes:
-    """The lanes of one session: which one the session's response state is, and the others'."""
+    """The lanes of one session: which one the session's response state is, the others',
+    and the responses begun and not ended yet, in the order they began."""
 
     def __init__(self) -> None:
         self.current: str | None = None
         self.parked: dict[str | None, _LaneState] = {}
+        self.open: dict[int, Tally] = {}  # by id()
 
 
-# Only sessions that named a lane get an entry; it goes with its session.
+# Every Responses WebSocket session gets an entry as its first message is read; it goes with
+# its session (the rules' only state is the Session, which keeps no lanes).
 _LANES: weakref.WeakKeyDictionary[Session, _Lanes] = weakref.WeakKeyDictionary()
 
 
-def _enter_lane(s: Session, obj: Payload) -> None:
+def _lanes(s: Session) -> _Lanes:
+    lanes = _LANES.get(s)
+    if lanes is None:
+        lanes = _LANES[s] = _Lanes()
+    return lanes
+
+
+def unfinished(s: Session) -> list[Tally]:
+    """The responses of a Responses WebSocket session begun and not ended, lane by lane in
+    the order they began (none for any other API): their text is the session's so far."""
+    lanes = _LANES.get(s)
+    return [] if lanes is None else list(lanes.open.values())
+
+
+def _enter_lane(s: Session, obj: Payload) -> _Lanes:
     """Make the lane of message ``obj`` (its ``stream_id``; none: the default lane) the one
     the session's response state is."""
     lane = obj.get("stream_id")
     key = lane if isinstance(lane, str) else None
-    lanes = _LANES.get(s)
-    if lanes is None:
-        if key is None:
-            return  # no lane named yet: the session's state is the default lane's
-        lanes = _LANES[s] = _Lanes()
+    lanes = _lanes(s)
     if key == lanes.current:
-        return
+        return lanes
     lanes.parked[lanes.current] = (s.asked, s.in_turn, s.last, s.turn)
     s.asked, s.in_turn, s.last, s.turn = lanes.parked.pop(key, (None, False, None, None))
     lanes.current = key
+    return lanes
 
 
 def _responses_client(s: Session, kind: str, obj: Payload) -> None:
@@ -171,23 +187,18 @@ def _responses_client(s: Session, kind: str, obj: Payload) -> None:
 
 
 def _responses_server(s: Session, kind: str, obj: Payload) -> None:
-    _enter_lane(s, obj)
+    lanes = _enter_lane(s, obj)
     turn = s.turn
     if turn is None:
         s.turn = turn = Tally(responses.RULES.name, s.tally.profile)
+        lanes.open[id(turn)] = turn
         s.begin_turn()
     if responses.RULES.event(turn, s.seq, kind, obj):
         s.content()
     t = s.tally
     t.set_model(turn.model)  # response.created names it: a session cut mid-response has it
-    if s not in _LANES:
-        # One lane: the text joins the transcript as it streams (a cut keeps what came).
-        # With lanes, each response's text joins whole at its terminal, or they interleave.
-        t.text += turn.text
-        t.reasoning += turn.reasoning
-        turn.text.clear()
-        turn.reasoning.clear()
     if turn.closed:  # its terminal: its knowledge joins the session's
+        lanes.open.pop(id(turn), None)
         t.text += turn.text
         t.reasoning += turn.reasoning
         for f in turn.findings:

@@ -13,6 +13,11 @@ How a session ended: a connection cut without a close frame is ``cut`` (by the s
 ``aborted`` (by the client); a server close other than 1000/1001 is ``error`` with its code
 and reason; else an ``error`` the server sent (event, failed response) makes it ``error``;
 else it ``completed``, whoever closed.
+
+The transcript (output and reasoning text) is one response a line (:data:`TURN_SEPARATOR`),
+in the order they ended, then what the responses still open said so far: the current one's,
+and each Responses WebSocket lane's (:func:`~ssetape.analysis.realtime.unfinished`), so a
+session cut or still going keeps every lane's text.
 """
 
 from __future__ import annotations
@@ -34,12 +39,15 @@ from ssetape.analysis.request_text import MAX_PROMPT_BYTES, bounded, session_tex
 from ssetape.analysis.session_rules import Session, SessionRules, close_of
 from ssetape.vocabulary import Direction, ExchangeState, Outcome
 
-__all__ = ["SESSION_APIS", "SessionAnalyzer", "session_rules"]
+__all__ = ["SESSION_APIS", "TURN_SEPARATOR", "SessionAnalyzer", "TextSession", "session_rules"]
 
 SESSION_APIS: dict[str, SessionRules] = {
     r.name: r for r in (realtime.RULES, realtime.RESPONSES_WS, gemini_live.RULES)
 }
 CUT = "connection closed without a WebSocket close frame"
+# Between two responses' texts in a session's transcript, and two asks in its prompt text: two
+# answers "Hello there!" read as two lines, not as one "Hello there!Hello there!".
+TURN_SEPARATOR = "\n"
 _TTFTS = 1000  # per-response TTFTs kept in details, at most
 
 
@@ -47,6 +55,25 @@ def session_rules(path: str) -> SessionRules | None:
     """The API of an upgrade request path, by suffix (gateway prefixes work)."""
     bare = path.split("?", 1)[0].rstrip("/")
     return next((r for r in SESSION_APIS.values() if bare.endswith(r.paths)), None)
+
+
+class TextSession(Session):
+    """A session's running state that keeps its transcript response by response: the rules
+    write a response's text into ``tally.text`` (and ``reasoning``) as it streams, and each
+    response that ends moves its text here, whole (a response with no text adds nothing)."""
+
+    def __init__(self, api: str, profile: Profile, *, beta: bool = False) -> None:
+        super().__init__(api, profile, beta=beta)
+        self.said: list[str] = []  # the texts of the responses ended
+        self.reasoned: list[str] = []
+
+    def end_turn(self) -> None:
+        super().end_turn()
+        t = self.tally
+        for pieces, ended in ((t.text, self.said), (t.reasoning, self.reasoned)):
+            if pieces:
+                ended.append("".join(pieces))
+                pieces.clear()
 
 
 class SessionAnalyzer:
@@ -79,9 +106,9 @@ class SessionAnalyzer:
         self._prompt: list[str] = []
         self._prompt_chars = 0
 
-    def _begin(self, rules: SessionRules | None) -> Session:
+    def _begin(self, rules: SessionRules | None) -> TextSession:
         beta = rules is not None and rules.beta(self._headers)
-        return Session(rules.name if rules else UNKNOWN, self.profile, beta=beta)
+        return TextSession(rules.name if rules else UNKNOWN, self.profile, beta=beta)
 
     def answered(self, status: object) -> None:
         """A session's only status is its 101."""
@@ -136,7 +163,7 @@ class SessionAnalyzer:
         session_text(api, kind, obj, self._prompt)
         self._prompt_chars += sum(len(p) + 1 for p in self._prompt[before:])
         if self._prompt_chars > 2 * MAX_PROMPT_BYTES:  # its start and its end are kept
-            kept = bounded("\n".join(self._prompt)) or ""
+            kept = bounded(TURN_SEPARATOR.join(self._prompt)) or ""
             self._prompt, self._prompt_chars = [kept], len(kept)
 
     def finish(
@@ -152,6 +179,7 @@ class SessionAnalyzer:
         """The analysis so far (no side effects: callable while the session goes on)."""
         s = self._session
         t = s.tally
+        open_lanes = realtime.unfinished(s)
         outcome, reason = _outcome(s, state, error)
         findings = list(t.findings)
         if self._rules is None:
@@ -181,10 +209,10 @@ class SessionAnalyzer:
             gap_p95_us=p95,
             gap_max_us=top,
             tokens_per_s=out / (streaming / 1e6) if out is not None and streaming > 0 else None,
-            output_text="".join(t.text),
-            reasoning_text="".join(t.reasoning),
+            output_text=_transcript(s.said, t.text, [u.text for u in open_lanes]),
+            reasoning_text=_transcript(s.reasoned, t.reasoning, [u.reasoning for u in open_lanes]),
             findings=findings,
-            request_text=bounded("\n".join(p for p in self._prompt if p)),
+            request_text=bounded(TURN_SEPARATOR.join(p for p in self._prompt if p)),
             session={
                 "responses": s.responses,
                 "ttft_us": s.ttfts[:_TTFTS],
@@ -195,6 +223,13 @@ class SessionAnalyzer:
         known = status if isinstance(status, int) and not isinstance(status, bool) else None
         a.fault = fault_of(a.outcome, state, known, error)
         return a
+
+
+def _transcript(ended: list[str], current: list[str], lanes: list[list[str]]) -> str:
+    """The responses ended, then the open ones' text so far (nothing changed: the analysis is
+    read again and again while a session goes on)."""
+    so_far = ["".join(pieces) for pieces in (current, *lanes)]
+    return TURN_SEPARATOR.join([*ended, *(text for text in so_far if text)])
 
 
 def _outcome(s: Session, state: str, error: str | None) -> tuple[str, str | None]:

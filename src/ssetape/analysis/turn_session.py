@@ -14,8 +14,8 @@ from typing import Any
 
 from ssetape.analysis.apis import UNKNOWN
 from ssetape.analysis.profiles import Profile
-from ssetape.analysis.session_rules import Session, SessionRules
-from ssetape.analysis.sessions import SessionAnalyzer
+from ssetape.analysis.session_rules import SessionRules
+from ssetape.analysis.sessions import SessionAnalyzer, TextSession
 from ssetape.analysis.tally import Tally, as_count
 from ssetape.vocabulary import Outcome
 
@@ -83,7 +83,7 @@ def _sum(total: int | None, value: int | None) -> int | None:
     return total if value is None else (total or 0) + value
 
 
-class TurnSession(Session):
+class TurnSession(TextSession):
     """The session analysis' running state, also keeping each turn as the rules tell it.
 
     Responses WebSocket mode reads each response into a Tally of its own (``Session.turn``)
@@ -224,7 +224,7 @@ class TurnAnalyzer(SessionAnalyzer):
         self._keep = keep  # read by _begin, which the analyzer's constructor calls
         super().__init__(**kwargs)
 
-    def _begin(self, rules: SessionRules | None) -> Session:
+    def _begin(self, rules: SessionRules | None) -> TextSession:
         beta = rules is not None and rules.beta(self._headers)
         name = rules.name if rules else UNKNOWN
         return TurnSession(name, self.profile, beta=beta, keep=self._keep)

@@ -39,7 +39,7 @@ def test_responses_websocket_mode_is_read_turn_by_turn() -> None:
     a = analyse("/v1/responses", responses_turn(0, "ab") + responses_turn(5_000_000, "cd"))
     assert (a.api, a.model, a.outcome) == ("responses", "gpt-5-mini-2025", "completed")
     assert (a.input_tokens, a.output_tokens, a.cache_read_tokens) == (10, 4, 2)
-    assert a.output_text == "abcd"
+    assert a.output_text == "ab\ncd"  # one response a line
     assert (a.ttft_us, a.gap_max_us) == (100_000, 30_000)  # 5 s between turns: no gap
     assert a.session["ttft_us"] == [100_000, 100_000] and a.findings == []
 
