@@ -47,6 +47,14 @@ Keywords in the model name after a ``sim`` word choose the scenario; they combin
 
 Without streaming, error/failed/unresolved answer HTTP 500 (529 on Messages; a failed
 response object on Responses), pause delays the JSON and cut closes mid-body.
+
+WebSocket sessions, on the same port (``Upgrade: websocket``; wss:// when it serves TLS):
+``.../realtime?model=M`` (OpenAI Realtime), ``.../responses`` (the Responses API's WebSocket
+mode, ``stream_id`` lanes at once) and ``...BidiGenerateContent`` (Gemini Live, JSON in
+binary frames). Each answer streams a few text deltas 80 ms apart (``--speed`` divides it)
+and its usage. Keywords after ``sim`` in the model: ``close`` (a close code and reason after
+two deltas; Gemini refuses the setup so), ``cut`` (TCP closed with no close frame), ``error``
+(Realtime: an ``error`` event), ``fail`` (Responses: ``response.failed``).
 """
 
 from __future__ import annotations

@@ -3,13 +3,19 @@
 Every planned chunk is written as one HTTP chunk at its absolute deadline (measured
 from the moment the whole request arrived), so delays never add up; the response
 headers go out together with the first chunk. Keep-alive is supported; a ``cut``
-plan closes the connection in the middle of the body. Nothing is recorded.
+plan closes the connection in the middle of the body. Nothing of HTTP is recorded.
+
+An ``Upgrade: websocket`` request on a WebSocket endpoint (OpenAI Realtime, the Responses
+API's WebSocket mode, Gemini Live: :mod:`ssetape.simulator.ws_upgrade`) gets its 101 on the
+same port, and h11 hands the connection over to the session. With ``keep_sessions``, every
+session is kept in :attr:`Simulator.sessions` with the frames it sent and received.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import sys
 import threading
@@ -23,6 +29,9 @@ import orjson
 
 from ssetape.simulator.routes import plan
 from ssetape.simulator.scenario import Plan
+from ssetape.simulator.ws_realtime import RealtimePlan
+from ssetape.simulator.ws_upgrade import Upgrade, ws_api
+from ssetape.simulator.ws_wire import Session
 
 _MAX_BODY = 64 * 1024 * 1024
 _ANY_ADDRESS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
@@ -34,6 +43,14 @@ class _Request:
     target: str
     headers: dict[str, str]  # lower-case names
     body: bytes
+    raw_headers: list[tuple[bytes, bytes]]  # as the client spelt them
+
+    def upgrade(self) -> Upgrade | None:
+        """The WebSocket session it asks for on an endpoint that has one, or None."""
+        if self.method != "GET" or "websocket" not in self.headers.get("upgrade", "").lower():
+            return None
+        api = ws_api(self.target)
+        return None if api is None else Upgrade(api, self.target, self.raw_headers)
 
 
 class Simulator:
@@ -47,6 +64,8 @@ class Simulator:
         *,
         verbose: bool = False,
         ssl: SSLContext | None = None,
+        realtime: RealtimePlan | None = None,
+        keep_sessions: bool = False,
     ) -> None:
         if not speed > 0:
             raise ValueError(f"speed must be positive, got {speed!r}")
@@ -57,6 +76,12 @@ class Simulator:
         self._requested_port = port
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # How each Realtime response goes (a bench times its own).
+        self.realtime = realtime or RealtimePlan()
+        # The WebSocket sessions with their frames, for tests; off, a long run keeps none.
+        self.sessions: list[Session] = []
+        self._keep_sessions = keep_sessions
+        self._ids = itertools.count(1)  # WebSocket sessions' ids, never the same twice
 
     @property
     def port(self) -> int:
@@ -143,6 +168,13 @@ class Simulator:
         conn = h11.Connection(h11.SERVER)
         try:
             while (request := await self._read_request(conn, reader)) is not None:
+                if (upgrade := request.upgrade()) is not None:
+                    await upgrade.serve(
+                        reader, writer, conn.trailing_data[0], speed=self.speed, ids=self._ids,
+                        realtime=self.realtime, verbose=self.verbose,
+                        sessions=self.sessions if self._keep_sessions else None,
+                    )  # fmt: skip
+                    break  # the connection was the session's
                 received = asyncio.get_running_loop().time()
                 served = plan(
                     request.method, request.target, request.headers, request.body, speed=self.speed
@@ -186,7 +218,9 @@ class Simulator:
                 if "://" in target:  # absolute-form, as clients send to a proxy
                     parts = urlsplit(target)
                     target = parts.path + (f"?{parts.query}" if parts.query else "")
-                return _Request(head.method.decode("ascii"), target or "/", headers, bytes(body))
+                method = head.method.decode("ascii")
+                raw = list(head.headers.raw_items())
+                return _Request(method, target or "/", headers, bytes(body), raw)
             else:  # ConnectionClosed: the client is done
                 return None
 
