@@ -5,10 +5,10 @@ a fixture made of the same recording), to the same client; each frame against th
     python -m bench.bench_ws_aimock [--rounds 20] [--deltas 30] [--think 0.3]
 
 The session: the official openai SDK's Realtime client (``client.realtime.connect``) sends a
-``conversation.item.create`` and a ``response.create`` to a fake Realtime upstream
-(bench/ws_fake_realtime.py: ``response.created`` after 45 ms, the first of ``--deltas`` text
-deltas at 260 ms, the others 20-40 ms apart, ``response.done`` with usage), recorded once in
-reverse mode; the upstream is then stopped.
+``conversation.item.create`` and a ``response.create`` to the simulator's Realtime API
+(ssetape.simulator.ws_realtime, timed by :func:`plan`: ``response.created`` after 45 ms, the
+first of ``--deltas`` text deltas at 260 ms, the others 20-40 ms apart, ``response.done``
+with usage), recorded once in reverse mode; the upstream is then stopped.
 
 aimock (the npm package ``@copilotkit/aimock``, installed once with ``npm install --prefix``
 into ~/.cache/ssetape-bench/aimock, outside the repo) cannot record a Realtime session from an
@@ -51,7 +51,8 @@ from openai.types.realtime import RealtimeConversationItemUserMessageParam
 from websockets.asyncio.client import ClientConnection, connect
 
 from bench.bench_record import BIN, free_port
-from bench.ws_fake_realtime import FakeRealtime, Plan
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import RealtimePlan
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
@@ -61,6 +62,14 @@ AIMOCK = "1.43.0"
 CACHE = Path.home() / ".cache" / "ssetape-bench" / "aimock"
 PROMPT = "Count to thirty, please."
 KEY = "sk-bench-realtime"
+MODEL = "gpt-realtime"
+USAGE = {  # openai's RealtimeResponseUsage
+    "total_tokens": 131,
+    "input_tokens": 41,
+    "output_tokens": 90,
+    "input_token_details": {"text_tokens": 41, "audio_tokens": 0, "cached_tokens": 0},
+    "output_token_details": {"text_tokens": 90, "audio_tokens": 0},
+}
 TIMEOUT = 10.0  # seconds a client waits for a frame before it calls the round failed
 
 Frames = list[tuple[float, bytes]]  # (seconds, payload)
@@ -76,6 +85,20 @@ class Recording:
     server: Frames
     asked: float  # the response.create's offset
     answer: Frames  # the server frames after it, offsets from it
+
+
+def plan(deltas: int) -> RealtimePlan:
+    """The upstream's answer, timed ahead so the recording's offsets are known, each from the
+    ``response.create``: ``response.created`` at 45 ms with the item and part frames, the first
+    delta at 260 ms, the next ones 20-40 ms apart (seeded jitter), the four ``*.done`` frames
+    at once after the last delta and ``response.done`` 15 ms later, as the GA API sends them.
+
+    Every delta is the same number of characters ("01, ", "02, ", ...): aimock cuts a
+    fixture's text into chunks of one size, and equal deltas let it send the very texts
+    recorded (the best case for it; real deltas are uneven)."""
+    texts = tuple(f"{i:02d}, " for i in range(1, deltas + 1))
+    return RealtimePlan.jittered(texts, first=0.260, gap=(0.020, 0.040), seed=42,
+                                 created=0.045, done=0.015, usage=USAGE, items=True)  # fmt: skip
 
 
 def shape(data: bytes) -> tuple[str, object]:
@@ -98,7 +121,7 @@ def record(url: str, db: Path) -> None:
     with serving(cmd, port, db.with_suffix(".record.log")):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY,
                                max_retries=0)  # fmt: skip
-        with client.realtime.connect(model=Plan().model) as conn:
+        with client.realtime.connect(model=MODEL) as conn:
             conn.recv_bytes()  # session.created
             item: RealtimeConversationItemUserMessageParam = {
                 "type": "message", "role": "user",
@@ -196,7 +219,7 @@ async def session(base: str, rec: Recording, think: float) -> tuple[float, Frame
     """One session on ``base``: the recorded client frames, each after ``think`` s and after
     the frames recorded before it came. When the response.create went, and every server frame
     with when it came."""
-    url = base.replace("http://", "ws://") + f"/v1/realtime?model={Plan().model}"
+    url = base.replace("http://", "ws://") + f"/v1/realtime?model={MODEL}"
     got: Frames = []
     asked = 0.0
     # The server frames each client frame waits for: as many as the recording has before it.
@@ -335,8 +358,8 @@ def main() -> None:
 
 def run(args: argparse.Namespace, tmp: Path) -> None:
     db = tmp / "tape.db"
-    fake = FakeRealtime(Plan(deltas=args.deltas))
-    with fake.running() as url:
+    with Simulator(realtime=plan(args.deltas)).serve_in_thread() as upstream:
+        url = upstream.url
         record(url, db)
     rec = recorded(db)
     gaps = [(b[0] - a[0]) * 1000 for a, b in itertools.pairwise(rec.answer)]

@@ -4,10 +4,11 @@ client, each frame's timing against the recording.
 
     python -m bench.bench_ws_replay [--deltas 200] [--rounds 10] [--think 0.3]
 
-A fake Realtime upstream (``session.created`` at once; on ``response.create`` a
-``response.created``, ``--deltas`` text deltas 5-30 ms apart with a fixed jitter, and
-``response.done``) is recorded once through `ssetape record` in reverse mode, with the SDK as
-the client, then stopped: every replay is from the tape. Each replay round opens the session,
+The simulator's Realtime API (``session.created`` at once; on ``response.create`` a
+``response.created``, ``--deltas`` text deltas 5-30 ms apart with a fixed jitter, each at its
+deadline from the ``response.create``, and ``response.done``) is recorded once through
+`ssetape record` in reverse mode, with the SDK as the client, then stopped: every replay is
+from the tape. Each replay round opens the session,
 waits ``--think`` seconds (longer than the recorded client did: the answer must count from the
 client's frame, not from the upgrade), sends the same ``response.create`` and stamps each frame
 as the SDK hands it over (``recv_bytes``). Reported against the recorded offsets: the answer's
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import os
 import random
@@ -31,13 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import openai
-import orjson
 from websockets.asyncio.client import connect as connect_async
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.server import ServerConnection
 
 from bench.bench_record import BIN, free_port, process
-from bench.ws_fake_realtime import serving
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import RealtimePlan
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 
@@ -50,37 +48,11 @@ def gaps_ms(deltas: int, seed: int = 42) -> list[float]:
     return [rng.uniform(5, 30) for _ in range(deltas)]
 
 
-class Upstream:
-    """A Realtime API as the bench needs it: ``session.created``, then per response.create a
-    response of ``deltas`` text deltas."""
-
-    def __init__(self, deltas: int) -> None:
-        self.pauses = [ms / 1000 for ms in gaps_ms(deltas)]
-
-    def handle(self, ws: ServerConnection) -> None:
-        send = ws.send
-        send(orjson.dumps({"type": "session.created", "event_id": "ev_0",
-                           "session": {"model": MODEL}}).decode())  # fmt: skip
-        try:
-            for n, _ in enumerate(ws, 1):
-                rid = f"resp_{n}"
-                send(orjson.dumps({"type": "response.created", "event_id": f"ev_{n}_c",
-                                   "response": {"id": rid}}).decode())  # fmt: skip
-                for i, pause in enumerate(self.pauses):
-                    time.sleep(pause)
-                    send(orjson.dumps({
-                        "type": "response.output_text.delta", "event_id": f"ev_{n}_{i}",
-                        "response_id": rid, "item_id": "item_1", "output_index": 0,
-                        "content_index": 0, "delta": f"tok{i} ",
-                    }).decode())  # fmt: skip
-                done = {"id": rid, "status": "completed"}
-                send(orjson.dumps({"type": "response.done", "event_id": f"ev_{n}_d",
-                                   "response": done}).decode())  # fmt: skip
-        except ConnectionClosed:
-            pass
-
-    def running(self) -> contextlib.AbstractContextManager[str]:
-        return serving(self.handle)
+def plan(deltas: int) -> RealtimePlan:
+    """A response of ``deltas`` text deltas, each a pause of :func:`gaps_ms` after the one
+    before (deadlines from the ``response.create``: the pauses do not drift)."""
+    at = itertools.accumulate(ms / 1000 for ms in gaps_ms(deltas))
+    return RealtimePlan(texts=tuple(f"tok{i} " for i in range(deltas)), at=tuple(at))
 
 
 Heard = tuple[float, list[tuple[float, bytes]]]  # when the client's frame went; the answer
@@ -147,8 +119,8 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-ws-"))
     db = tmp / "tape.db"
-    up = Upstream(args.deltas)
-    with up.running() as url:
+    with Simulator(realtime=plan(args.deltas)).serve_in_thread() as upstream:
+        url = upstream.url
         port = free_port()
         cmd = [str(BIN / "ssetape"), "record", "--mode", f"reverse:{url}", "--db", str(db),
                "--port", str(port)]  # fmt: skip

@@ -19,18 +19,19 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from ssetape.addons.drain import DEADLINE
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import DELTAS
 from tests.addons.stores import Recorders
 from tests.addons.test_drain_record import EXIT, exchanges, exited, until
 from tests.conftest import Proc
-from tests.ws_upstreams import DELTAS, RealtimeUpstream
 
 WAIT = 30.0
 
 
 @pytest.fixture
 def realtime() -> Iterator[str]:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         yield url
 
 

@@ -14,20 +14,22 @@ from typing import Any
 
 import pytest
 
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import DELTAS
 from ssetape.vocabulary import ExchangeState
 from tests.addons.test_replay_new_episodes import exchanges, frozen, recording_proxy
 from tests.addons.test_websocket_replay import assert_on_time, realtime, recorded
 from tests.conftest import Proc, self_signed
-from tests.ws_upstreams import DELTAS, RealtimeUpstream
 
 
 @contextmanager
 def replaying(
-    how: str, start: Callable[..., Proc], tmp_path: Path, confdir: Path, upstream: RealtimeUpstream
+    how: str, start: Callable[..., Proc], tmp_path: Path, confdir: Path, upstream: Simulator
 ) -> Iterator[tuple[Proc, str, dict[str, Any]]]:
     """A new_episodes replay in front of the upstream: (proc, base URL, websocket options)."""
     if how == "reverse":
-        with upstream.running() as url:
+        with upstream.serve_in_thread():
+            url = upstream.url
             yield (
                 start("replay", "--record-mode", "new_episodes", "--mode", f"reverse:{url}"),
                 url,
@@ -38,7 +40,9 @@ def replaying(
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     trust = ssl.create_default_context(cafile=confdir / "mitmproxy-ca-cert.pem")
-    with upstream.running(tls=server_tls) as url:
+    upstream.ssl = server_tls
+    with upstream.serve_in_thread():
+        url = upstream.url
         proc = start("replay", "--record-mode", "new_episodes",
                      "--set", f"ssl_verify_upstream_trusted_ca={cert}")  # fmt: skip
         yield proc, url.replace("127.0.0.1", "localhost"), {"proxy": proc.url, "ssl": trust}
@@ -48,7 +52,7 @@ def replaying(
 def test_a_session_that_misses_is_recorded_then_replayed_by_the_replay_server(
     ssetape_proc: Callable[..., Proc], tmp_path: Path, confdir: Path, how: str
 ) -> None:
-    upstream = RealtimeUpstream()
+    upstream = Simulator(keep_sessions=True)
     with replaying(how, ssetape_proc, tmp_path, confdir, upstream) as (proc, base, wss):
         base = proc.url if how == "reverse" else base
         first_live, heard_live, end = realtime(base, "ok", wss=wss)

@@ -18,16 +18,12 @@ from typing import Any
 import orjson
 import pytest
 
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_gemini import GEMINI_CLOSE, GEMINI_PARTS, GEMINI_USAGE
+from ssetape.simulator.ws_wire import DELAY
 from tests.addons.test_websocket_knowledge import knowledge, within
 from tests.addons.test_websocket_record import stored
 from tests.conftest import Proc
-from tests.ws_upstreams import (
-    DELAY,
-    GEMINI_CLOSE,
-    GEMINI_PARTS,
-    GEMINI_USAGE,
-    RealtimeUpstream,
-)
 
 genai = pytest.importorskip("google.genai")
 types = pytest.importorskip("google.genai.types")
@@ -40,9 +36,9 @@ PATH = r"/ws/google\.ai\.generativelanguage\.v1(beta)?\.GenerativeService\.BidiG
 
 
 @pytest.fixture
-def upstream() -> Iterator[tuple[RealtimeUpstream, str]]:
-    fake = RealtimeUpstream()
-    with fake.running() as url:
+def upstream() -> Iterator[tuple[Simulator, str]]:
+    with Simulator(keep_sessions=True).serve_in_thread() as fake:
+        url = fake.url
         yield fake, url
 
 
@@ -75,7 +71,7 @@ def assert_no_key(db: str) -> None:
 
 
 def test_gemini_live_recorded_through_tls(
-    upstream: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc], confdir: Path
+    upstream: tuple[Simulator, str], ssetape_proc: Callable[..., Proc], confdir: Path
 ) -> None:
     fake, url = upstream
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -120,7 +116,7 @@ def test_gemini_live_recorded_through_tls(
 
 
 def test_gemini_live_close_code_is_a_server_error(
-    upstream: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc], confdir: Path
+    upstream: tuple[Simulator, str], ssetape_proc: Callable[..., Proc], confdir: Path
 ) -> None:
     """The Live API refuses a session with a close code and a reason: the SDK raises it, the
     store keeps it as the provider's error."""

@@ -16,21 +16,15 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_gemini import GEMINI_CLOSE, GEMINI_PARTS
+from ssetape.simulator.ws_realtime import CLOSE_CODE, CLOSE_REASON, DELTAS, USAGE
+from ssetape.simulator.ws_wire import DELAY
 from ssetape.storage.models import Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.test_websocket_record import KEY, one_response
 from tests.conftest import SSETAPE, Proc
-from tests.ws_upstreams import (
-    CLOSE_CODE,
-    CLOSE_REASON,
-    DELAY,
-    DELTAS,
-    GEMINI_CLOSE,
-    GEMINI_PARTS,
-    USAGE,
-    RealtimeUpstream,
-)
 
 GEMINI_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
 KNOWN = ("api", "model", "outcome", "outcome_reason", "fault", "input_tokens", "output_tokens",
@@ -38,9 +32,9 @@ KNOWN = ("api", "model", "outcome", "outcome_reason", "fault", "input_tokens", "
 
 
 @pytest.fixture
-def realtime() -> Iterator[tuple[RealtimeUpstream, str]]:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+def realtime() -> Iterator[tuple[Simulator, str]]:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         yield upstream, url
 
 
@@ -72,7 +66,7 @@ def within(us: int | None, seconds: float) -> bool:
 
 
 def test_realtime_session_knowledge(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     _, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -102,7 +96,7 @@ def test_realtime_session_knowledge(
 )
 def test_how_a_realtime_session_ended(
     model: str, outcome: str, reason: str,
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc],
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc],
 ) -> None:  # fmt: skip
     _, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -117,7 +111,7 @@ def test_how_a_realtime_session_ended(
 
 
 def test_the_silence_between_two_responses_is_not_a_gap(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     _, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -161,7 +155,7 @@ def gemini(proc: Proc, model: str) -> list[Any]:
 
 
 def test_gemini_live_session_knowledge(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     _, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -177,7 +171,7 @@ def test_gemini_live_session_knowledge(
 
 
 def test_gemini_live_error_is_its_close_code(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     _, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")

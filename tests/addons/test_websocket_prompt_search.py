@@ -12,11 +12,11 @@ import openai
 import orjson
 import pytest
 
+from ssetape.simulator.simulator import Simulator
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc
 from tests.ssetape.cli.test_prompt_search import ssetape
-from tests.ws_upstreams import RealtimeUpstream
 
 INSTRUCTIONS = "You are the clerk of the Quillfeather archive."
 ASKED = "Where is invoice QX-4711 filed?"
@@ -24,8 +24,8 @@ ASKED = "Where is invoice QX-4711 filed?"
 
 @pytest.fixture
 def realtime() -> Iterator[str]:
-    with RealtimeUpstream().running() as url:
-        yield url
+    with Simulator().serve_in_thread() as sim:
+        yield sim.url
 
 
 def asked(proc: Proc, text: str | None) -> None:

@@ -13,19 +13,21 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import CLOSE_CODE, CLOSE_REASON, DELTAS
+from ssetape.simulator.ws_wire import DELAY
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc
-from tests.ws_upstreams import CLOSE_CODE, CLOSE_REASON, DELAY, DELTAS, RealtimeUpstream
 
 KEY = "sk-proj-SECRETrealtimeKEY0123456789"
 
 
 @pytest.fixture
-def realtime() -> Iterator[tuple[RealtimeUpstream, str]]:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+def realtime() -> Iterator[tuple[Simulator, str]]:
+    with Simulator(keep_sessions=True).serve_in_thread() as upstream:
+        url = upstream.url
         yield upstream, url
 
 
@@ -57,7 +59,7 @@ def one_response(model: str, proc: Proc) -> list[str]:
     return got
 
 
-def assert_messages_as_sent(events: list[Event], upstream: RealtimeUpstream) -> None:
+def assert_messages_as_sent(events: list[Event], upstream: Simulator) -> None:
     """Every stored message is one the fake sent or got, in order, byte for byte."""
     (session,) = upstream.sessions
     server = [e for e in events if e.direction == "server"]
@@ -75,7 +77,7 @@ def assert_messages_as_sent(events: list[Event], upstream: RealtimeUpstream) -> 
 
 
 def test_realtime_session_recorded_message_by_message(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     upstream, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -104,7 +106,7 @@ def test_realtime_session_recorded_message_by_message(
 
 
 def test_server_close_with_a_code_is_an_error_outcome(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     upstream, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -117,7 +119,7 @@ def test_server_close_with_a_code_is_an_error_outcome(
 
 
 def test_upstream_cut_is_recorded_as_a_cut(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     upstream, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
@@ -129,12 +131,12 @@ def test_upstream_cut_is_recorded_as_a_cut(
 
 
 def test_binary_frames_are_stored_as_binary(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     """Gemini Live's way: JSON in binary frames, both ways."""
     upstream, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")
-    ws_url = proc.url.replace("http://", "ws://") + "/ws/live?model=ok"
+    ws_url = proc.url.replace("http://", "ws://") + "/v1/realtime?model=ok"
     with connect(ws_url) as ws:
         ws.recv(timeout=10)
         ws.send(b'{"setup": {"model": "models/gemini-live"}}')

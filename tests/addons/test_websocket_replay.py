@@ -20,10 +20,11 @@ from openai.types.realtime import RealtimeErrorEvent
 from openai.types.websocket_connection_options import WebSocketConnectionOptions
 from websockets.exceptions import ConnectionClosed
 
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import CLOSE_CODE, CLOSE_REASON, DELTAS
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.conftest import Proc, self_signed
-from tests.ws_upstreams import CLOSE_CODE, CLOSE_REASON, DELTAS, RealtimeUpstream
 
 KEY = "sk-proj-SECRETrealtimeKEY0123456789"
 MARGIN = 0.1  # seconds late, at most: a loaded 2-core machine
@@ -80,8 +81,8 @@ def assert_on_time(heard: Heard, then: list[tuple[float, bytes]]) -> None:
 def test_a_realtime_session_replays_offline_byte_for_byte_at_its_delays(
     ssetape_proc: Callable[..., Proc],
 ) -> None:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         rec = ssetape_proc("record", "--mode", f"reverse:{url}")
         first_then, heard_then, _ = realtime(rec.url, "ok")
         assert rec.stop() == 0, rec.log.decode()
@@ -106,8 +107,8 @@ def test_a_realtime_session_replays_offline_byte_for_byte_at_its_delays(
 def test_a_differing_client_frame_is_a_miss_answered_within_two_seconds(
     ssetape_proc: Callable[..., Proc],
 ) -> None:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         rec = ssetape_proc("record", "--mode", f"reverse:{url}")
         realtime(rec.url, "ok")
         assert rec.stop() == 0
@@ -132,8 +133,8 @@ def test_a_differing_client_frame_is_a_miss_answered_within_two_seconds(
 def test_a_server_close_and_a_cut_end_the_replay_as_recorded(
     ssetape_proc: Callable[..., Proc], model: str, ending: str
 ) -> None:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         rec = ssetape_proc("record", "--mode", f"reverse:{url}")
         _, heard_then, end_then = realtime(rec.url, model)
         assert rec.stop() == 0
@@ -173,8 +174,8 @@ def test_responses_websocket_mode_answers_each_turn_from_its_own_recording(
                 out.append(heard)
         return out
 
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         rec = ssetape_proc("record", "--mode", f"reverse:{url}")
         then = turns(rec.url, 0.0)
         assert rec.stop() == 0
@@ -197,8 +198,8 @@ def test_forward_mode_through_the_ca_replays_a_realtime_session(
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     trust = ssl.create_default_context(cafile=confdir / "mitmproxy-ca-cert.pem")
-    upstream = RealtimeUpstream()
-    with upstream.running(tls=server_tls) as url:
+    with Simulator(ssl=server_tls).serve_in_thread() as upstream:
+        url = upstream.url
         base = url.replace("127.0.0.1", "localhost")
         rec = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={cert}")
         first_then, _, _ = realtime(base, "ok", wss={"proxy": rec.url, "ssl": trust})

@@ -24,20 +24,14 @@ from pydantic import TypeAdapter
 from websockets.exceptions import ConnectionClosed
 
 from ssetape.analysis.sessions import CUT
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import CLOSE_CODE, CLOSE_REASON
+from ssetape.simulator.ws_responses import RESPONSES_USAGE, SNAPSHOT, reply
+from ssetape.simulator.ws_wire import DELAY, Session
 from ssetape.storage.models import Event
 from tests.addons.test_websocket_knowledge import knowledge, within
 from tests.addons.test_websocket_record import KEY, stored
 from tests.conftest import Proc, self_signed
-from tests.ws_upstreams import (
-    CLOSE_CODE,
-    CLOSE_REASON,
-    DELAY,
-    RESPONSES_USAGE,
-    SNAPSHOT,
-    RealtimeUpstream,
-    Session,
-    reply,
-)
 
 NO_CONNECT = f"openai {openai.__version__} has no client.responses.connect() (WebSocket mode)"
 pytestmark = pytest.mark.skipif(not hasattr(Responses, "connect"), reason=NO_CONNECT)
@@ -54,9 +48,9 @@ WS_ERRORS = hasattr(responses_server_event, "ResponseWsError")
 
 
 @pytest.fixture
-def upstream() -> Iterator[tuple[RealtimeUpstream, str]]:
-    fake = RealtimeUpstream()
-    with fake.running() as url:
+def upstream() -> Iterator[tuple[Simulator, str]]:
+    with Simulator(keep_sessions=True).serve_in_thread() as fake:
+        url = fake.url
         yield fake, url
 
 
@@ -114,7 +108,7 @@ def assert_stored_as_sent(events: list[Event], session: Session) -> None:
 
 
 def test_responses_websocket_session_recorded(
-    upstream: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    upstream: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     """Two responses on one socket, the second continuing the first after the user thought
     for a second: one exchange, both responses in its knowledge."""
@@ -157,7 +151,7 @@ def test_responses_websocket_session_recorded(
 
 
 def test_lanes_of_one_socket_are_read_apart(
-    upstream: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc]
+    upstream: tuple[Simulator, str], ssetape_proc: Callable[..., Proc]
 ) -> None:
     """Two responses at once, each in its lane (``stream_id``): their events interleave on
     the socket, yet each response's text, TTFT and gaps are its own."""
@@ -203,7 +197,7 @@ def test_lanes_of_one_socket_are_read_apart(
 )
 def test_how_a_responses_socket_ended(
     model: str, outcome: str, reason: str, text: str,
-    upstream: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc],
+    upstream: tuple[Simulator, str], ssetape_proc: Callable[..., Proc],
 ) -> None:  # fmt: skip
     """A create refused, a response failed, a socket closed with a code, a socket cut: the
     outcome says which, and what arrived before the end is kept."""
@@ -247,8 +241,8 @@ def test_responses_websocket_recorded_through_forward_https(
     cert, key = self_signed(tmp_path)
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
-    fake = RealtimeUpstream()
-    with fake.running(tls=tls) as url:
+    with Simulator(keep_sessions=True, ssl=tls).serve_in_thread() as fake:
+        url = fake.url
         base = url.replace("127.0.0.1", "localhost") + "/v1"
         rec = ssetape_proc("record", "--set", f"ssl_verify_upstream_trusted_ca={cert}")
         ca = str(confdir / "mitmproxy-ca-cert.pem")

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
+from ssetape.simulator.simulator import Simulator
 from tests.conftest import SSETAPE, Proc
-from tests.ws_upstreams import RealtimeUpstream
 
 BROWSER_KEY = "sk-proj-SECRETbrowserKEY0123456789"
 GOOGLE_KEY = "AIzaSECRETgoogleKEY0123456789"
@@ -21,14 +21,14 @@ QUERY_KEY = "AIzaSECRETqueryKEY0123456789"
 
 
 @pytest.fixture
-def realtime() -> Iterator[tuple[RealtimeUpstream, str]]:
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+def realtime() -> Iterator[tuple[Simulator, str]]:
+    with Simulator(keep_sessions=True).serve_in_thread() as upstream:
+        url = upstream.url
         yield upstream, url
 
 
 def test_websocket_keys_never_stored(
-    realtime: tuple[RealtimeUpstream, str], ssetape_proc: Callable[..., Proc], tmp_path: Path
+    realtime: tuple[Simulator, str], ssetape_proc: Callable[..., Proc], tmp_path: Path
 ) -> None:
     upstream, url = realtime
     proc = ssetape_proc("record", "--mode", f"reverse:{url}")

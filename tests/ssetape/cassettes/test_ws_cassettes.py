@@ -27,13 +27,14 @@ from websockets.sync.client import connect
 from ssetape.cassettes.cassette import Cassette
 from ssetape.cassettes.har import Har
 from ssetape.cassettes.store_io import write_cassette
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_gemini import GEMINI_PARTS
 from ssetape.storage.cassette_rows import CassetteRows
 from ssetape.storage.models import Event, Exchange
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_schema
 from tests.conftest import SSETAPE, start_ssetape
-from tests.ws_upstreams import GEMINI_PARTS, RealtimeUpstream
 
 KEY = "sk-proj-LEAKrealtime0123456789"  # the SDK's bearer token and a browser's subprotocol
 GOOG = "AIzaLEAKgoogle0123456789abcdef"  # Gemini's x-goog-api-key and ?key=
@@ -78,7 +79,8 @@ def record_sessions(url: str) -> None:
         ws.send(orjson.dumps({"clientContent": {"turns": [], "turnComplete": True}}))
         for _ in range(len(GEMINI_PARTS) + 2):
             ws.recv(timeout=10)
-    # Not an upgrade: the upstream answers it as plain HTTP (an exchange without a session).
+    # Not an upgrade: the simulator answers it as plain HTTP (an exchange without a
+    # session: a 404, no API has that path).
     httpx.get(url + "/v1/models", timeout=10)
 
 
@@ -86,8 +88,8 @@ def record_sessions(url: str) -> None:
 def recorded(tmp_path_factory: pytest.TempPathFactory, confdir: Path) -> Iterator[Path]:
     """A store recorded through `ssetape record`, then stopped."""
     db = tmp_path_factory.mktemp("ws") / "rec.db"
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         proc = start_ssetape(
             ["record", "--db", str(db), "--port", "0", "--confdir", str(confdir),
              "--mode", f"reverse:{url}"],
@@ -193,7 +195,7 @@ def test_an_http_only_export_is_unchanged(recorded: Path, tmp_path: Path) -> Non
         out = io.BytesIO()
         assert write_cassette(store, out, Queries.only(http.id)) == 1
     header, exchange = lines(out.getvalue())
-    assert header["ssetape_cassette"] == 2 and exchange["status"] == 426
+    assert header["ssetape_cassette"] == 2 and exchange["status"] == 404
     assert b"transport" not in out.getvalue() and b"direction" not in out.getvalue()
 
 

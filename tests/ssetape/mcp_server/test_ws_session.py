@@ -12,11 +12,12 @@ import orjson
 import pytest
 
 from ssetape.mcp_server.paging import MAX_PAGE_BYTES, MIN_PAGE_BYTES
+from ssetape.simulator.ws_realtime import DELTAS, USAGE
+from ssetape.simulator.ws_wire import DELAY
 from ssetape.storage.store import Store
 from tests.addons.stores import pg_base, pg_schema
 from tests.ssetape.mcp_server.client import call, in_memory
 from tests.ssetape.views.ws_sessions import THINK, Recorded, record_sessions, recorded, within_ms
-from tests.ws_upstreams import DELAY, DELTAS, USAGE
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

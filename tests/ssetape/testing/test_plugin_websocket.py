@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 import ssetape.testing.tape_session  # noqa: F401
-from tests.ws_upstreams import DELTAS, RealtimeUpstream
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_realtime import DELTAS
 
 pytest_plugins = ["pytester"]
 
@@ -53,8 +54,8 @@ def record(pytester: pytest.Pytester, args: list[str]) -> list[dict[str, Any]]:
     """Run the test in record mode ``once`` against the fake Realtime upstream; what the
     SDK received."""
     out = pytester.path / "got.jsonl"
-    upstream = RealtimeUpstream()
-    with upstream.running() as url:
+    with Simulator().serve_in_thread() as upstream:
+        url = upstream.url
         pytester.makepyfile(test_ws=TESTS.format(upstream=url, out=str(out), key=KEY))
         pytester.runpytest("--ssetape-record-mode=once", *args).assert_outcomes(passed=1)
     [got] = [orjson.loads(line) for line in out.read_bytes().splitlines()]

@@ -16,6 +16,10 @@ import orjson
 import pytest
 
 from ssetape.analysis.content_events import ContentEvents
+from ssetape.simulator.ws_gemini import GEMINI_USAGE
+from ssetape.simulator.ws_realtime import DELTAS, USAGE
+from ssetape.simulator.ws_responses import RESPONSES_USAGE
+from ssetape.simulator.ws_wire import DELAY
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.views import documents
@@ -28,7 +32,6 @@ from tests.ssetape.views.ws_sessions import (
     recorded,
     within_ms,
 )
-from tests.ws_upstreams import DELAY, DELTAS, GEMINI_USAGE, RESPONSES_USAGE, USAGE
 
 SVG = "{http://www.w3.org/2000/svg}"
 

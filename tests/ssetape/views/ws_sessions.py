@@ -1,7 +1,7 @@
 """Real WebSocket sessions recorded through `ssetape record` (reverse mode) for the tests of
 what `show`, the viewer and MCP show of them: the official openai SDK's Realtime client, and
 raw websockets clients for Gemini Live, Responses WebSocket mode lanes (``stream_id``) and a
-hostile client, against the fake upstreams of the recording tests."""
+hostile client, against the simulator as the recording tests run it."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
+from ssetape.simulator.simulator import Simulator
+from ssetape.simulator.ws_wire import Session
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from tests.addons.test_websocket_knowledge import GEMINI_PATH, gemini
 from tests.addons.test_websocket_record import KEY, one_response
 from tests.conftest import start_ssetape
 from tests.ssetape.web.conftest import XSS
-from tests.ws_upstreams import RealtimeUpstream, Session
 
 THINK = 1.5  # seconds the user of the two-turn session thinks between its turns
 TWO_TURNS = "gpt-realtime-two"
@@ -81,9 +82,10 @@ def record_sessions(folder: Path, db: str | None = None) -> Recorded:
     PostgreSQL URL, or by default an SQLite file in ``folder``)."""
     db, confdir = db or str(folder / "tape.db"), folder / "confdir"
     confdir.mkdir(parents=True, exist_ok=True)
-    upstream = RealtimeUpstream()
+    upstream = Simulator(keep_sessions=True)
     names: list[str] = []
-    with upstream.running() as url:
+    with upstream.serve_in_thread():
+        url = upstream.url
         proc = start_ssetape(["record", "--mode", f"reverse:{url}", "--db", db, "--port", "0",
                               "--confdir", str(confdir)],
                              db=db if "://" not in db else str(confdir / "store"))  # fmt: skip

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from ssetape.simulator.ws_realtime import DELTAS
+from ssetape.simulator.ws_wire import DELAY
 from tests.conftest import start_ssetape
 from tests.ssetape.views.ws_sessions import Recorded, recorded, within_ms
 from tests.ssetape.web.conftest import XSS, app_client
-from tests.ws_upstreams import DELAY, DELTAS
 
 SVG = "{http://www.w3.org/2000/svg}"
 
