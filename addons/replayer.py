@@ -32,6 +32,7 @@ from ssetape.recording.clock import monotonic_of
 from ssetape.redactor import Redactor
 from ssetape.replay.miss import Miss, MissKind
 from ssetape.replay.request_index import RequestIndex
+from ssetape.replay.ws_miss import is_miss_close, is_miss_event
 from ssetape.storage.queries import Queries
 from ssetape.storage.store import Store
 from ssetape.vocabulary import INLINE_BODY, Header, RecordMode
@@ -237,6 +238,25 @@ class Replayer:
             status, miss.body(), {"content-type": "application/json", Header.MISS: "1"}
         )
         flow.metadata[REPLAYED] = None
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A session the timed server plays: a client frame it answered as a miss counts as
+        the HTTP misses do (the timed server told it on the log)."""
+        ws = flow.websocket
+        if ws is None or not ws.messages or flow.metadata.get(REPLAYED) is None:
+            return
+        message = ws.messages[-1]
+        if not message.from_client and is_miss_event(message.content):
+            self.misses += 1
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        ws = flow.websocket  # Gemini Live's way: a close 1008 answered the miss
+        if (
+            ws is not None
+            and flow.metadata.get(REPLAYED) is not None
+            and (not ws.closed_by_client and is_miss_close(ws.close_code, ws.close_reason))
+        ):
+            self.misses += 1
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.metadata.get(REPLAYED) is not None and flow.response is not None:

@@ -69,7 +69,11 @@ class DirectFront:
         # Recording new episodes: a miss is relayed to the recording proxy (see its module).
         self.episodes = episodes
         self.player = Player(
-            store, allow_gaps=allow_gaps, on_incomplete=on_incomplete, faults=faults
+            store,
+            allow_gaps=allow_gaps,
+            on_incomplete=on_incomplete,
+            faults=faults,
+            on_miss=self.missed,
         )
         self.http = HttpServer(self.respond, tls=tls, admission=Admission(slots))
         self.index = index
@@ -155,10 +159,15 @@ class DirectFront:
             key = found if isinstance(found, str) else None
             return await self.episodes.answer(again, out, request, match, t0, key)
         assert isinstance(found, Miss)
-        self.misses += 1
-        log.warning("ssetape: %s", found.message)
+        self.missed(found)
         error_response(out, 404, found.body(), "application/json", ((Header.MISS.raw, b"1"),))
         return True
+
+    def missed(self, miss: Miss) -> None:
+        """A request with no recording, or a session's client frame that differs from the
+        recording's: told on the log and counted (the stop line's ``missed``)."""
+        self.misses += 1
+        log.warning("ssetape: %s", miss.message)
 
     def _find(
         self,

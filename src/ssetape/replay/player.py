@@ -19,13 +19,14 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from ssetape.replay.faults import Fault, Faults, plan
+from ssetape.replay.miss import Miss
 from ssetape.replay.playback import Playback, Row, Source, timed_pieces
 from ssetape.replay.request_index import Hit
 from ssetape.replay.responder import ResponseWriter, error_response
 from ssetape.replay.response_parts import END, Part
 from ssetape.replay.ws_miss import FrameRules
 from ssetape.replay.ws_player import WsPlayer
-from ssetape.replay.ws_session import WsUpgrade
+from ssetape.replay.ws_session import WsUpgrade, tell
 from ssetape.storage.store import Store
 from ssetape.storage.tape_reads import TapeReads
 from ssetape.vocabulary import Header
@@ -74,6 +75,7 @@ class Player:
         allow_gaps: bool = False,
         on_incomplete: Callable[[int, str], object] | None = None,
         faults: Faults | None = None,
+        on_miss: Callable[[Miss], object] | None = None,
     ) -> None:
         self.store = store
         self._tape = TapeReads(store)
@@ -85,8 +87,9 @@ class Player:
         self._cache_bytes = cache_bytes
         self.held = 0  # bytes the cached playbacks hold
         self._lock = threading.Lock()  # loads run in executor threads
-        # WebSocket sessions, for upgrade requests (played with the faults too).
-        self.sessions = WsPlayer(store, faults=faults)
+        # WebSocket sessions, for upgrade requests (played with the faults too); ``on_miss``
+        # hears of their client frames that missed (the front counts them as its misses).
+        self.sessions = WsPlayer(store, faults=faults, on_miss=on_miss or tell)
 
     def preload(self, ids: Sequence[int]) -> None:
         """Load recordings (``ids`` oldest first) newest first, until the cache is full by

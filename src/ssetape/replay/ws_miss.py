@@ -17,9 +17,22 @@ from ssetape.matching import Difference, differences
 from ssetape.replay.miss import CLI_ADVICE, Advice, Candidate, Miss, MissKind
 from ssetape.replay.ws_recording import ClientFrame
 
-__all__ = ["POLICY", "FrameRules", "error_event", "frame_miss", "store_name"]
+__all__ = [
+    "MISS_CODE",
+    "MISS_REASON",
+    "POLICY",
+    "FrameRules",
+    "error_event",
+    "frame_miss",
+    "is_miss_close",
+    "is_miss_event",
+    "store_name",
+]
 
 POLICY = 1008  # the close code of a miss, where the protocol answers errors with closes
+MISS_REASON = "ssetape replay miss"  # how such a close's reason begins
+MISS_CODE = "ssetape_replay_miss"  # the ``error.code`` of a miss's `error` event
+_MISS_EVENT = b'"code":"%s"' % MISS_CODE.encode()  # as error_event writes it
 _NONE_LEFT = "<none: the recording has no more client frames here>"
 
 
@@ -74,10 +87,21 @@ def error_event(miss: Miss, number: int, payload: bytes) -> bytes:
     said = doc.get("event_id") if isinstance(doc, dict) else None
     error = {
         "type": "invalid_request_error",
-        "code": "ssetape_replay_miss",
+        "code": MISS_CODE,
         "message": miss.message,
         "param": None,
         "event_id": said if isinstance(said, str) else None,
         "miss": miss.to_json(),
     }
     return orjson.dumps({"type": "error", "event_id": f"ssetape_miss_{number}", "error": error})
+
+
+def is_miss_event(payload: bytes) -> bool:
+    """Whether a server frame is a miss's `error` event (what a proxy in front of the replay
+    server counts)."""
+    return payload[:1] == b"{" and _MISS_EVENT in payload and b'"type":"error"' in payload
+
+
+def is_miss_close(code: int | None, reason: str | None) -> bool:
+    """Whether the server's close answered a miss."""
+    return code == POLICY and (reason or "").startswith(MISS_REASON)

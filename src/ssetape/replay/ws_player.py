@@ -14,14 +14,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ssetape.replay.faults import Faults
+from ssetape.replay.miss import Miss
 from ssetape.replay.ws_faults import SessionFaults
 from ssetape.replay.ws_miss import FrameRules
 from ssetape.replay.ws_recording import WsRecording
-from ssetape.replay.ws_session import WsSession, WsUpgrade
+from ssetape.replay.ws_session import WsSession, WsUpgrade, tell
 from ssetape.storage.session_frames import FrameRow, SessionFrames, SessionHead
 from ssetape.storage.store import Store
 
@@ -51,15 +52,17 @@ _UNKNOWN = object()  # not in the cache
 
 class WsPlayer:
     """``faults``: the replay's (each session takes those that still serve, as a stream
-    does)."""
+    does); ``on_miss``: hears of each client frame that missed (the front counts it)."""
 
     def __init__(
         self,
         store: Store,
         *,
         faults: Faults | None = None,
+        on_miss: Callable[[Miss], object] = tell,
     ) -> None:
         self.faults = faults
+        self.on_miss = on_miss
         self._frames = SessionFrames(store)
         self._cache: OrderedDict[int, _Loaded | None] = OrderedDict()  # None: not a session
         self._held = 0
@@ -127,5 +130,6 @@ class WsPlayer:
         if recording is None:
             return None
         faults = SessionFaults.of(self.faults.for_stream()) if self.faults else None
-        await WsSession(recording, upgrade, t0=t0, speed=speed, rules=rules, faults=faults).run()
+        await WsSession(recording, upgrade, t0=t0, speed=speed, rules=rules, faults=faults,
+                        on_miss=self.on_miss).run()  # fmt: skip
         return False

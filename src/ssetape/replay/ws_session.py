@@ -6,8 +6,9 @@ The HTTP/1.1 server sees an upgrade request and hands its connection over
 (:class:`WsUpgrade`, on the response writer); the player, which knows the recording, runs a
 :class:`WsSession` on it. Every write is a timer callback at its absolute deadline, framed
 ahead, as the HTTP player's; the client's frames are read as they come and matched in order
-(per ``stream_id``). A client frame that differs is a miss: told on the log as an HTTP miss is,
-and answered at once (:mod:`ssetape.replay.ws_miss`).
+(per ``stream_id``). A client frame that differs is a miss: told and counted where the front
+tells and counts its HTTP misses (``on_miss``), and answered at once
+(:mod:`ssetape.replay.ws_miss`).
 Replay faults (``--fault``) cut, stall or end the session as :mod:`ssetape.replay.ws_faults`
 says.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ssetape.framing.websocket import (
@@ -29,9 +31,10 @@ from ssetape.framing.websocket import (
     payload_of,
 )
 from ssetape.replay.faults import FaultKind
+from ssetape.replay.miss import Miss
 from ssetape.replay.stamped_reader import arrival
 from ssetape.replay.ws_faults import ERROR_CLOSE, SessionFaults, fault_event
-from ssetape.replay.ws_miss import POLICY, FrameRules, error_event, frame_miss
+from ssetape.replay.ws_miss import MISS_REASON, POLICY, FrameRules, error_event, frame_miss
 from ssetape.replay.ws_recording import UPGRADE, Ending, ServerFrame, WsRecording, canonical_frame
 
 __all__ = ["CLOSE_WAIT", "WsSession", "WsUpgrade"]
@@ -75,10 +78,16 @@ class WsUpgrade:
         return cls(head, reader, writer, f"GET {where}")
 
 
+def tell(miss: Miss) -> None:
+    """A miss told where no front counts them (the timed server behind the proxy, whose
+    misses the proxy's replayer counts)."""
+    log.warning("ssetape: %s", miss.message)
+
+
 class WsSession:
     """One replay of ``recording`` on ``upgrade``'s connection; offset zero ``t0`` (a
     ``time.monotonic()`` value: when the upgrade request was in). ``faults``: those it is
-    played with."""
+    played with; ``on_miss``: hears of each client frame that missed."""
 
     def __init__(
         self,
@@ -89,6 +98,7 @@ class WsSession:
         speed: float,
         rules: FrameRules,
         faults: SessionFaults | None = None,
+        on_miss: Callable[[Miss], object] = tell,
     ) -> None:
         self.rec = recording
         self.up = upgrade
@@ -96,6 +106,7 @@ class WsSession:
         self.speed = speed
         self.rules = rules
         self.faults = faults
+        self.on_miss = on_miss
         self.request = upgrade.request  # "GET host/path", as a miss names it
         self.loop = asyncio.get_running_loop()
         self.base = self.loop.time() - (time.monotonic() - t0)  # t0 on the loop's clock
@@ -190,11 +201,11 @@ class WsSession:
             return
         self.misses += 1
         miss = frame_miss(self.rules, self.request, self.heard, self.rec.id, expected, got)
-        log.warning("ssetape: %s", miss.message)
+        self.on_miss(miss)
         if self.rec.error_events:  # the session goes on: the client may send the next
             self.transport.write(frame(TEXT, error_event(miss, self.misses, message.payload)))
             return
-        self._close(POLICY, f"ssetape replay miss: {miss.message}")
+        self._close(POLICY, f"{MISS_REASON}: {miss.message}")
 
     # -- the server's side, on timers ------------------------------------------------
 
