@@ -29,18 +29,19 @@ __all__ = ["SESSION_META", "WebSockets", "ending"]
 
 log = logging.getLogger("ssetape.recorder")
 
-NORMAL = frozenset({1000, 1001})  # closes that end a session as planned (RFC 6455 7.4.1)
 ABNORMAL = 1006  # what mitmproxy (wsproto) reports when TCP closed with no close frame
 STOPPED = "recorder stopped before the WebSocket session ended"
 
 
 def ending(by_client: bool | None, code: int | None, reason: str | None) -> tuple[str, str | None]:
-    """The exchange's state and error text for a session that ended so."""
+    """The exchange's state and error text for a session that ended so. A server's close
+    keeps its code and reason, 1000/1001 too (a note nothing reads as an error): the replay
+    closes where the server did, not where a client would."""
     if code == ABNORMAL or code is None:
         who = "client" if by_client else "server"
         cut = f"the {who} closed the connection without a WebSocket close frame"
         return (ExchangeState.ABORTED if by_client else ExchangeState.TRUNCATED), cut
-    if by_client or code in NORMAL:
+    if by_client:
         return ExchangeState.COMPLETED, None
     return ExchangeState.COMPLETED, close_note(code, reason)
 

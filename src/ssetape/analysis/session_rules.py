@@ -23,25 +23,66 @@ from ssetape.analysis.findings import FindingCode
 from ssetape.analysis.profiles import Profile
 from ssetape.analysis.tally import Tally, as_count
 
-__all__ = ["CLOSED_BY_SERVER", "Payload", "Session", "SessionRules", "close_note", "close_of"]
+__all__ = [
+    "CLOSED_BY_SERVER",
+    "CLOSED_NORMALLY",
+    "NORMAL",
+    "Payload",
+    "Session",
+    "SessionRules",
+    "close_note",
+    "close_of",
+    "server_close",
+    "shown_error",
+]
 
 Payload = dict[str, Any]
-# The error text the recorder stores for a session the server closed with a code other than
-# 1000/1001 (addons.websockets); the analysis reads the code and reason back from it, live
-# and in `ssetape reindex` alike (no column holds them).
+NORMAL = frozenset({1000, 1001})  # closes that end a session as planned (RFC 6455 7.4.1)
+# The notes the recorder stores in the exchange's error text for a session the server closed
+# (addons.websockets), with its code and reason (no column holds them): with a code other
+# than 1000/1001 the session failed, and the analysis reads the close as its outcome, live and
+# in `ssetape reindex` alike; a normal close is no error (nothing shows or counts it as one)
+# but tells the replay to close as the server did, rather than wait for the client.
 CLOSED_BY_SERVER = "the server closed the WebSocket session: "
+CLOSED_NORMALLY = "the server closed the WebSocket session normally: "
 
 
 def close_note(code: int, reason: str | None) -> str:
-    return CLOSED_BY_SERVER + (f"{code} {reason}".strip() if reason else str(code))
+    """The note of a server's close."""
+    said = f"{code} {reason}".strip() if reason else str(code)
+    return (CLOSED_NORMALLY if code in NORMAL else CLOSED_BY_SERVER) + said
 
 
 def close_of(error: str | None) -> str | None:
-    """``"1011 upstream overloaded"`` from a stored error text, if the server closed so."""
+    """``"1011 upstream overloaded"`` from a stored error text, if the server closed so with
+    an error (a normal close is none)."""
     for note in (error or "").split("; "):
         if note.startswith(CLOSED_BY_SERVER):
             return note[len(CLOSED_BY_SERVER) :] or None
     return None
+
+
+def server_close(error: str | None) -> tuple[int, str] | None:
+    """The code and reason of any close the server ended the session with (normal or not),
+    from a stored error text; None if the server did not close it (or the note names no code
+    a close of its kind carries)."""
+    for note in (error or "").split("; "):
+        for prefix in (CLOSED_NORMALLY, CLOSED_BY_SERVER):
+            if note.startswith(prefix):
+                code, _, reason = note[len(prefix) :].partition(" ")
+                if not code.isdigit() or (prefix == CLOSED_NORMALLY) != (int(code) in NORMAL):
+                    return None
+                return int(code), reason
+    return None
+
+
+def shown_error(error: str | None) -> str | None:
+    """The stored error text as an error: without a normal close's note (None if that was
+    all of it)."""
+    if error is None or CLOSED_NORMALLY not in error:
+        return error
+    kept = [n for n in error.split("; ") if not n.startswith(CLOSED_NORMALLY)]
+    return "; ".join(kept) or None
 
 
 class Session:

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from ssetape.analysis import realtime
-from ssetape.analysis.session_rules import close_of
+from ssetape.analysis.session_rules import server_close
 from ssetape.analysis.sessions import session_rules
 from ssetape.framing.websocket import BINARY, TEXT, frame
 from ssetape.http_fields import field_problem
@@ -184,11 +184,9 @@ def _stream_id(raw: bytes) -> str | None:
 def _end(head: SessionHead, anchor: int, delta_us: int) -> End:
     if head.state == ExchangeState.TRUNCATED:
         return End(Ending.CUT, anchor, delta_us)
-    said = close_of(head.error) if head.state == ExchangeState.COMPLETED else None
-    if said is not None:
-        code, _, reason = said.partition(" ")
-        if code.isdigit():
-            return End(Ending.CLOSE, anchor, delta_us, int(code), reason)
+    said = server_close(head.error) if head.state == ExchangeState.COMPLETED else None
+    if said is not None:  # 1000 and 1001 too: the server ended it, not the client
+        return End(Ending.CLOSE, anchor, delta_us, *said)
     return End(Ending.CLIENT, anchor, delta_us)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
+from ssetape.analysis.session_rules import shown_error
 from ssetape.cost.price import usd
 from ssetape.framing.framings import Framing, framing_of_headers
 from ssetape.http_fields import origin
@@ -53,7 +54,7 @@ def summary(x: Exchange) -> dict[str, Any]:
         "state": x.state,
         "ttfb_ms": _ms(x.ttfb_us),
         "duration_ms": _ms(x.duration_us),
-        "error": x.error,
+        "error": shown_error(x.error),  # a server's normal close is no error
         "api": x.api,
         "model": x.model,
         "outcome": x.outcome,

@@ -10,6 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ssetape.analysis.session_rules import NORMAL, server_close, shown_error
 from ssetape.cost.price import NO_PRICE, format_usd, price_line
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.views.documents import origin_of, summary, url_of
@@ -199,8 +200,10 @@ def show_parts(x: Exchange, findings: list[Finding], *, full: bool = False) -> l
         parts.append(Text(figures))
     if x.session is not None:
         parts.append(cell(f"session: {x.session}"))
-    if x.error:
-        parts.append(cell(f"error: {x.error}", "red"))
+    if error := shown_error(x.error):  # a server's normal close is no error: said below
+        parts.append(cell(f"error: {error}", "red"))
+    if (closed := server_close(x.error)) is not None and closed[0] in NORMAL:
+        parts.append(cell(f"closed by the server: {closed[0]} {closed[1]}".rstrip()))
     if x.events_pruned_at is not None:
         when = f"{x.events_pruned_at:%Y-%m-%d %H:%M} UTC"
         parts.append(cell(f"events pruned {when}: the summary stays, replay skips it", "yellow"))

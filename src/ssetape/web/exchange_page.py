@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from ssetape.analysis.session_rules import shown_error
 from ssetape.cost.price import price_line
 from ssetape.storage.models import Event, Exchange, Finding
 from ssetape.storage.page_reads import BodyHead, PageReads
@@ -109,7 +110,7 @@ class ExchangePage:
             ("outcome", x.outcome),
             ("fault", x.fault),  # whose: provider, client, network or ssetape
             ("reason", x.outcome_reason),
-            ("error", x.error),
+            ("error", shown_error(x.error)),  # a server's normal close is no error
             ("api", x.api),
             ("model", x.model),
             ("profile", x.profile),
