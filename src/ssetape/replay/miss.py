@@ -11,13 +11,14 @@ crosses a process boundary; nothing parses the rendered text back.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from ssetape.matching import Difference, one_line
+from ssetape.vocabulary import RecordMode
 
 __all__ = ["CLI_ADVICE", "Advice", "Candidate", "Miss", "MissKind", "Unreplayable"]
 
@@ -42,6 +43,12 @@ class Advice:
 
     def as_dict(self) -> dict[str, str]:
         return {"record": self.record, "ignore": self.ignore, "listing": self.listing}
+
+    def again(self) -> Advice:
+        """For what the tape holds but that differs mid-way (a session's client frame): the
+        mode that records it anew, since new_episodes records only what is missing whole."""
+        mode = self.record.replace(RecordMode.NEW_EPISODES.value, RecordMode.ALL.value)
+        return replace(self, record=mode)
 
 
 CLI_ADVICE = Advice("--record-mode new_episodes", "--ignore-field", "ssetape list")

@@ -71,7 +71,8 @@ def frame_miss(
         diffs = (Difference("message", _NONE_LEFT, got.get("message")),)
         which = "its end"
     near = Candidate(recording, rules.name(recording), f"{request}, {which}", diffs)
-    miss = Miss(MissKind.DIFFERS, f"client frame {number} of {request}", rules.advice, (near,))
+    said = f"client frame {number} of {request}"
+    miss = Miss(MissKind.DIFFERS, said, rules.advice.again(), (near,))
     if rules.misses is not None:
         rules.misses.append(miss)
     return miss
