@@ -248,6 +248,10 @@ class Replayer:
         message = ws.messages[-1]
         if not message.from_client and is_miss_event(message.content):
             self.misses += 1
+        # mitmproxy relays ``message`` itself, not the list, and keeps every message of a
+        # session in it: a replayed session of hours would grow the proxy. The last one stays
+        # for the addons after this one (the recorder trims what it records the same way).
+        del ws.messages[:-1]
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         ws = flow.websocket  # Gemini Live's way: a close 1008 answered the miss
