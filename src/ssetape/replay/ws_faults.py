@@ -33,7 +33,6 @@ import orjson
 from ssetape.analysis import realtime
 from ssetape.replay.faults import Fault, FaultKind
 from ssetape.replay.provider_errors import GOOGLE_FAILURE, OPENAI_FAILURE
-from ssetape.replay.ws_recording import ServerFrame
 
 __all__ = ["ERROR_CLOSE", "SessionFaults", "fault_event"]
 
@@ -76,17 +75,17 @@ class SessionFaults:
         """Server frames that may go out, at most (None: all of them)."""
         return self.after if self.ending is not None and self.cut_at is None else None
 
-    def holds(self, servers: Sequence[ServerFrame]) -> list[float]:
-        """Seconds each server frame is held back by the stalls."""
-        out = [0.0] * len(servers)
+    def hold(self, index: int, anchors: Sequence[int]) -> float:
+        """Seconds server frame ``index`` is held back by the stalls (``anchors``: the client
+        frame each server frame answers), worked out as it comes due: nothing per frame is
+        kept."""
+        out = 0.0
         for s in self.stalls:
-            if s.after >= len(servers):
-                continue  # nothing comes after it
+            if s.after >= len(anchors) or index < s.after:
+                continue  # nothing comes after it, or the frame comes before it
             # The client frame the frame before the stall answers (the first's, at event=0).
-            asked = servers[max(s.after, 1) - 1].anchor
-            for f in servers[s.after :]:
-                if f.anchor <= asked:
-                    out[f.index] += s.hold
+            if anchors[index] <= anchors[max(s.after, 1) - 1]:
+                out += s.hold
         return out
 
 
