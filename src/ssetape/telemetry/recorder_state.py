@@ -60,7 +60,8 @@ class RecorderState(Collector):
             )
             yield CounterMetricFamily(
                 "ssetape_replay_misses",
-                "Requests the tape had no recording for (a 404, or forwarded and recorded).",
+                "Requests the tape had no recording for (a 404, or forwarded and recorded), "
+                "and WebSocket client frames that differed from the recording.",
                 value=misses,
             )
 
