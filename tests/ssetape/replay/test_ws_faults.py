@@ -7,8 +7,6 @@ Live), `times=` limits a fault to the first sessions, and a status refuses the h
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 import pytest
@@ -33,13 +31,6 @@ from tests.ssetape.replay.ws_tapes import (
 )
 
 URL = REALTIME + "?model=m"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(str(tmp_path / "tape.db"))
-    yield s
-    s.close()
 
 
 def closed_after(ws: ClientConnection, since: float) -> tuple[float, ConnectionClosed]:

@@ -4,24 +4,13 @@ says which field differs; many server frames past the first page come byte for b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import orjson
-import pytest
 from websockets.sync.client import connect
 
 from ssetape.storage.store import Store
 from tests.ssetape.replay.ws_tapes import ANSWER, REALTIME, realtime_frames, record, serving
 
 AUDIO = "A" * (16 << 10)  # over what a kept client frame may be
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(str(tmp_path / "tape.db"))
-    yield s
-    s.close()
 
 
 def test_a_large_client_frame_matches_by_its_canonical_json_and_a_miss_says_what_differs(

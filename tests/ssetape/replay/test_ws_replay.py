@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import orjson
 import pytest
@@ -34,13 +32,6 @@ from tests.ssetape.replay.ws_tapes import (
     serving,
     timed,
 )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(str(tmp_path / "tape.db"))
-    yield s
-    s.close()
 
 
 def test_the_101_is_made_for_the_clients_key_without_deflate_and_with_the_recorded_subprotocol(
