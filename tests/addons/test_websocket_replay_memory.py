@@ -22,7 +22,7 @@ FRAME_BYTES = 128 << 10
 SESSION = FRAMES * FRAME_BYTES  # 128 MiB of server frames
 ASKED_MS = 20
 STEP_MS = 2  # between server frames, as recorded
-GROWTH = 40 << 20  # what the session may add to the replay process, at most (under a third)
+GROWTH = 48 << 20  # what the session may add to the replay process, at most (under 2/5)
 
 
 def status(pid: int, field: str) -> int:
@@ -40,9 +40,12 @@ def payload(n: int) -> bytes:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("away", [0.0, 4.0], ids=["reading", "not-reading-for-4s"])
 def test_a_long_session_is_replayed_whole_while_the_process_holds_a_page_of_it(
-    ssetape_proc: Callable[..., Proc], tmp_path: Path
+    ssetape_proc: Callable[..., Proc], tmp_path: Path, away: float
 ) -> None:
+    """``away``: the client reads nothing for that long after its frame (the recording
+    plays in ~2 s): what it has not read must not pile up in the replay process either."""
     db = str(tmp_path / "tape.db")
     frames: list[Frame] = [(5, "server", '{"type":"session.created"}'), (ASKED_MS, "client", ASK)]
     frames += [(ASKED_MS + 1 + n * STEP_MS, "server", payload(n)) for n in range(FRAMES)]
@@ -61,6 +64,7 @@ def test_a_long_session_is_replayed_whole_while_the_process_holds_a_page_of_it(
         assert ws.recv(timeout=10) == '{"type":"session.created"}'
         asked = time.monotonic()
         ws.send(ASK)
+        time.sleep(away)  # the client's reader stops at its queue: the socket fills up
         late = 0.0
         for n in range(FRAMES):
             got = ws.recv(timeout=10)
@@ -74,4 +78,5 @@ def test_a_long_session_is_replayed_whole_while_the_process_holds_a_page_of_it(
     print(f"replay process: {baseline / mib:.0f} MiB idle, peak +{grown / mib:.1f} MiB for a "
           f"{SESSION // mib} MiB session; latest frame {late * 1000:.0f} ms late")  # fmt: skip
     assert grown < GROWTH, f"the replay grew by {grown >> 20} MiB for a {SESSION >> 20} MiB session"
-    assert late < 0.5  # a loaded 2-core machine; test_ws_replay checks timing closely
+    if not away:
+        assert late < 0.5  # a loaded 2-core machine; test_ws_replay checks timing closely

@@ -5,7 +5,10 @@ streams are (``Player._play_pages``). Memory is bounded by pages, not by the ses
 of audio is held a page (PAGE_ROWS frames, PAGE_BYTES of payload) at a time per lane.
 
 A lane's next page is read once fewer than half a page of its frames are left, whether or
-not the client frame they answer has come: the answer is then read before it is due.
+not the client frame they answer has come: the answer is then read before it is due. Not
+while the connection holds a page's worth of bytes the client has not read: a client that
+reads slower than recorded holds the reading back (the frames after wait for its reads, as
+a slow HTTP client's do), so the write buffer never holds the session either.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from ssetape.replay.ws_recording import WsRecording, framed
@@ -33,7 +36,9 @@ class Reads(Protocol):
 
 class Pages:
     """The framed frames of ``orders`` (each lane's server frame numbers, in order) that are
-    read and not yet taken; ``on_read`` hears of each read's end (its error, or None)."""
+    read and not yet taken; ``on_read`` hears of each read's end (its error, or None), and of
+    the client's having read what held a read back; ``unread``: the bytes written and not yet
+    taken by the client, ``drained``: waits until they are few."""
 
     def __init__(
         self,
@@ -41,11 +46,16 @@ class Pages:
         reads: Reads,
         orders: dict[int, array[int]],
         on_read: Callable[[BaseException | None], None],
+        unread: Callable[[], int],
+        drained: Callable[[], Awaitable[None]],
     ) -> None:
         self.rec = rec
         self.reads = reads
         self.orders = orders
         self.on_read = on_read
+        self.unread = unread
+        self.drained = drained
+        self.waiting: asyncio.Task[None] | None = None  # for the client to read
         self.loop = asyncio.get_running_loop()
         self.framed: dict[int, bytes] = dict(enumerate(rec.head))
         # How far each lane is read (or being read): the head is a prefix of the frames.
@@ -76,6 +86,10 @@ class Pages:
             return
         if ahead - sent >= PAGE_ROWS // 2 and self.held[lane] >= PAGE_BYTES // 2:
             return
+        if self.unread() >= PAGE_BYTES:
+            if self.waiting is None:
+                self.waiting = self.loop.create_task(self._wait_for_the_client())
+            return
         order, sizes = self.orders[lane], self.rec.server_size
         stop, size = ahead + 1, sizes[order[ahead]]
         while stop < end and stop - ahead < PAGE_ROWS and size + sizes[order[stop]] <= PAGE_BYTES:
@@ -86,6 +100,18 @@ class Pages:
         picked = order[ahead:stop].tolist()
         read = self.loop.run_in_executor(None, self._read, picked)
         read.add_done_callback(lambda done: self._done(lane, done))
+
+    async def _wait_for_the_client(self) -> None:
+        try:
+            await self.drained()
+            if self.unread() >= PAGE_BYTES:  # a buffer that never pauses the writer
+                await asyncio.sleep(0.01)
+        except ConnectionError:
+            return  # it left: the session ends
+        finally:
+            self.waiting = None
+        if not self.closed:
+            self.on_read(None)  # the reads held back may go now
 
     def _read(self, picked: list[int]) -> dict[int, bytes]:
         """In a thread: the frames ``picked``, framed."""
@@ -116,3 +142,5 @@ class Pages:
         """The session ended: what is read goes, and reads under way are dropped."""
         self.closed = True
         self.framed.clear()
+        if self.waiting is not None:
+            self.waiting.cancel()

@@ -127,7 +127,8 @@ class WsSession:
         self.queues = recording.orders(Direction.SERVER)  # server frames by lane, in order
         self.stop = {lane: len(q) if limit is None else bisect.bisect_left(q, limit)
                      for lane, q in self.queues.items()}  # fmt: skip
-        self.pages = Pages(recording, reads, self.queues, self._read_done)
+        self.pages = Pages(recording, reads, self.queues, self._read_done,
+                           self.transport.get_write_buffer_size, upgrade.writer.drain)  # fmt: skip
         self.near: asyncio.Future[bytes | None] | None = None  # an error fault's neighbour
         self.sent: dict[int, int] = dict.fromkeys(self.queues, 0)
         self.last_due: dict[int, float] = {}
