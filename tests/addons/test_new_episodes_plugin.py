@@ -24,23 +24,13 @@ pytest_plugins = ["pytester"]
 EPISODES = """
 import os, signal
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx, pytest
 
+# The suite's own look at /proc (this file runs in the suite's process, through pytester).
+from tests.addons.test_replay_new_episodes import children
+
 pytestmark = pytest.mark.ssetape("tape.jsonl")
-
-
-def children(pid, word):
-    found = []
-    for d in Path("/proc").iterdir():
-        try:
-            stat, cmdline = (d / "stat").read_text(), (d / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and word in cmdline.split(b"\\0"):
-            found.append(int(d.name))
-    return found
 
 
 def ask(base, content):
