@@ -21,7 +21,6 @@ from ssetape.replay.ws_session import WsUpgrade
 
 __all__ = ["relay_session"]
 
-HEAD_LIMIT = 64 * 1024  # the proxy's answer head, at most (mitmproxy's are a few hundred bytes)
 _READ = 1 << 16
 
 
@@ -34,6 +33,8 @@ async def relay_session(
 ) -> Relayed:
     """Relay ``upgrade`` to the recording proxy on ``port`` and join the connections."""
     try:
+        # The proxy's answer head is read with the stream's limit (64 KiB): mitmproxy's are a
+        # few hundred bytes, and a longer one is a refusal of ours, not a buffer that grows.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError as e:
         return unreached(out, e)
